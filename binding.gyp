@@ -1,0 +1,27 @@
+{
+  "targets": [
+    {
+      "target_name": "node_ibverbs",
+      "sources": [
+        "native/addon.cc",
+        "native/common.cc",
+        "native/fd_watcher.cc",
+        "native/context.cc",
+        "native/pd.cc",
+        "native/memory.cc",
+        "native/completion_queue.cc",
+        "native/work_request.cc",
+        "native/queue_pair.cc",
+        "native/shared_receive_queue.cc",
+        "native/address_handle.cc",
+        "native/memory_window.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+      "cflags_cc!": ["-fno-exceptions"],
+      "cflags": ["<!@(pkg-config --cflags libibverbs librdmacm)"],
+      "libraries": ["<!@(pkg-config --libs libibverbs librdmacm)"]
+    }
+  ]
+}

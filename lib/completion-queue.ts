@@ -1,0 +1,145 @@
+// A completion queue whose completions are delivered on the event loop: the
+// addon watches the completion channel and hands over batches of completions;
+// this class settles the matching requests. A busy-poll mode trades CPU for
+// latency.
+import { performance } from 'node:perf_hooks'
+import { native, type NativeCompletionQueue } from './native.js'
+import { call, RdmaError } from './errors.js'
+import { Resource } from './resource.js'
+import { findPending, type CompletionEntry, type Pending, type PendingCounter } from './pending.js'
+import { integer, oneOf, optionalObject } from './validate.js'
+import type { Device } from './device.js'
+
+const WORDS = native.completionWords
+const TWO_32 = 4294967296
+
+export interface CompletionQueueOptions {
+  /** Minimum number of entries (default 1024). */
+  entries?: number
+  /** 'event' (default): woken by the completion channel. 'busy': poll from the loop while requests wait. */
+  pollMode?: 'event' | 'busy'
+  /** How long one busy-poll turn may spin before yielding to the loop, in µs (default 50). */
+  spinMicros?: number
+  /** Completion vector (default 0). */
+  compVector?: number
+  /** Completions handed over per native call (default 64). */
+  pollBatch?: number
+}
+
+/** Finds the request of a failed unsignaled work request (a member of a batch). */
+export interface CompletionOwner { findContaining(wrId: number): Pending | undefined }
+
+export class CompletionQueue extends Resource implements PendingCounter {
+  protected readonly kind = 'CompletionQueue'
+  /** @internal */ readonly handle: NativeCompletionQueue
+  readonly device: Device
+  readonly pollMode: 'event' | 'busy'
+  readonly #words: Uint32Array
+  readonly #spinMs: number
+  readonly #owners = new Map<number, CompletionOwner>()
+  #pending = 0
+  #spinScheduled = false
+
+  /** @internal use device.createCq() */
+  constructor(device: Device, options: CompletionQueueOptions = {}) {
+    super()
+    const o = optionalObject(options, 'options')
+    const entries = integer(o.entries ?? 1024, 'options.entries', 1, 4194304)
+    this.pollMode = oneOf(o.pollMode, 'options.pollMode', ['event', 'busy'] as const, 'event')
+    this.#spinMs = integer(o.spinMicros ?? 50, 'options.spinMicros', 0, 1_000_000) / 1000
+    const compVector = integer(o.compVector ?? 0, 'options.compVector', 0, 1024)
+    const batch = integer(o.pollBatch ?? 64, 'options.pollBatch', 1, 4096)
+    this.device = device
+    this.#words = new Uint32Array(batch * WORDS)
+    this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#words, (n) => this.#dispatch(n), compVector))
+    this.adoptedBy(device)
+  }
+
+  /** Actual number of entries. */
+  get entries(): number { return this.handle.entries }
+
+  /** Requests waiting for a completion on this queue. */
+  get pending(): number { return this.#pending }
+
+  /** @internal */
+  addOwner(qpn: number, owner: CompletionOwner): void { this.#owners.set(qpn, owner) }
+  /** @internal */
+  removeOwner(qpn: number): void { this.#owners.delete(qpn) }
+
+  /** @internal */
+  addPending(): void {
+    if (this.#pending++ === 0) {
+      this.handle.setWaiting(true)
+      if (this.pollMode === 'busy') this.#scheduleSpin()
+    }
+  }
+
+  /** @internal */
+  removePending(): void {
+    if (--this.#pending === 0 && !this.closed) this.handle.setWaiting(false)
+  }
+
+  /** Drains the queue now; returns the number of completions handled. */
+  poll(): number {
+    this.assertOpen()
+    let total = 0
+    for (;;) {
+      const n = call(() => this.handle.poll())
+      if (n > 0) this.#dispatch(n)
+      total += n
+      if (n < this.#words.length / WORDS) return total
+    }
+  }
+
+  #scheduleSpin(): void {
+    if (this.#spinScheduled) return
+    this.#spinScheduled = true
+    setImmediate(this.#spin)
+  }
+
+  readonly #spin = (): void => {
+    this.#spinScheduled = false
+    if (this.closed || this.#pending === 0) return
+    const deadline = performance.now() + this.#spinMs
+    for (;;) {
+      const n = this.handle.poll()
+      if (n > 0) {
+        this.#dispatch(n)
+        break
+      }
+      if (performance.now() >= deadline) break
+    }
+    if (this.#pending > 0) this.#scheduleSpin()
+  }
+
+  #dispatch(count: number): void {
+    if (count < 0) {
+      this.device.emit('error', new RdmaError('ibv_poll_cq failed', { code: 'ERR_POLL_CQ', errno: -count, syscall: 'ibv_poll_cq' }))
+      return
+    }
+    const w = this.#words
+    for (let i = 0, o = 0; i < count; i++, o += WORDS) {
+      const entry: CompletionEntry = {
+        wrId: w[o]! + w[o + 1]! * TWO_32,
+        status: w[o + 2]!,
+        opcode: w[o + 3]!,
+        byteLength: w[o + 4]!,
+        immOrRkey: w[o + 5]!,
+        qpn: w[o + 6]!,
+        srcQp: w[o + 7]!,
+        wcFlags: w[o + 8]!,
+        pkeyIndex: w[o + 9]!,
+        slid: w[o + 10]!,
+        sl: w[o + 11]!,
+        dlidPathBits: w[o + 12]!,
+        vendorError: w[o + 13]!,
+      }
+      const pending = findPending(entry.wrId) ?? this.#owners.get(entry.qpn)?.findContaining(entry.wrId)
+      pending?.complete(entry)
+    }
+  }
+
+  protected closeHandle(): void {
+    call(() => this.handle.close())
+  }
+}

@@ -1,0 +1,200 @@
+// Devices: listing, opening, queries, and device async events.
+import { EventEmitter } from 'node:events'
+import { native, type NativeContext, type NativeDeviceInfo } from './native.js'
+import { call, RdmaError } from './errors.js'
+import { Resource } from './resource.js'
+import { integer, typeError } from './validate.js'
+import { ProtectionDomain } from './protection-domain.js'
+import { CompletionQueue, type CompletionQueueOptions } from './completion-queue.js'
+import type { QueuePair } from './queue-pair.js'
+import type { SharedReceiveQueue } from './shared-receive-queue.js'
+
+export type DeviceInfo = NativeDeviceInfo
+
+export interface PortInfo {
+  port: number
+  /** 'DOWN', 'INIT', 'ARMED', 'ACTIVE', ... */
+  state: string
+  stateCode: number
+  maxMtu: number
+  activeMtu: number
+  gidTableLength: number
+  portCapFlags: number
+  maxMessageSize: number
+  lid: number
+  smLid: number
+  lmc: number
+  linkLayer: 'Ethernet' | 'InfiniBand' | 'unspecified'
+  activeWidth: number
+  activeSpeed: number
+  physState: number
+}
+
+export interface GidEntry { index: number; gid: string; type: 'IB' | 'RoCEv1' | 'RoCEv2' | 'unknown'; netdev: string | null }
+
+export interface DeviceAttributes {
+  name: string
+  firmwareVersion: string
+  nodeGuid: string
+  sysImageGuid: string
+  maxMrSize: bigint
+  vendorId: number
+  vendorPartId: number
+  maxQp: number
+  maxQpWr: number
+  maxSge: number
+  maxCq: number
+  maxCqe: number
+  maxMr: number
+  maxPd: number
+  maxQpRdAtom: number
+  maxQpInitRdAtom: number
+  atomicCap: 'none' | 'hca' | 'global'
+  maxMw: number
+  maxAh: number
+  maxSrq: number
+  maxSrqWr: number
+  physPortCount: number
+  [key: string]: unknown
+}
+
+/** A device async event, e.g. { type: 'PORT_ACTIVE', port: 1 } or { type: 'QP_FATAL', qpn: 17 }. */
+export interface AsyncEvent { type: string; port?: number; qpn?: number; qp?: QueuePair; srq?: SharedReceiveQueue }
+
+/** ibv_port_state names, by value. */
+const PORT_STATES = ['NOP', 'DOWN', 'INIT', 'ARMED', 'ACTIVE', 'ACTIVE_DEFER']
+const QP_EVENTS = new Set(['QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR', 'COMM_EST', 'SQ_DRAINED', 'PATH_MIG', 'PATH_MIG_ERR', 'QP_LAST_WQE_REACHED'])
+const PORT_EVENTS = new Set(['PORT_ACTIVE', 'PORT_ERR', 'LID_CHANGE', 'PKEY_CHANGE', 'GID_CHANGE', 'SM_CHANGE', 'CLIENT_REREGISTER'])
+const QP_FAILURES = new Set(['QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR'])
+
+/** The RDMA devices of this machine. */
+export function listDevices(): DeviceInfo[] {
+  return call(() => native.listDevices())
+}
+
+/**
+ * Opens a device by name, or without a name the first device with an ACTIVE
+ * port. Throws an RdmaError with code 'ENODEV' naming the devices that exist.
+ */
+export function openDevice(name?: string): Device {
+  const devices = listDevices()
+  if (name !== undefined && typeof name !== 'string') throw typeError('a device name', 'name', name)
+  const names = devices.map((d) => d.name)
+  const available = names.length ? `available: ${names.join(', ')}` : 'no RDMA devices on this machine (see the README: Soft-RoCE)'
+  if (name !== undefined) {
+    if (!names.includes(name)) throw Object.assign(new RdmaError(`No RDMA device named '${name}'; ${available}`, { code: 'ENODEV' }), { devices: names })
+    return new Device(name)
+  }
+  for (const candidate of names) {
+    const device = new Device(candidate)
+    const ports = device.query().physPortCount
+    for (let port = 1; port <= ports; port++) if (device.queryPort(port).state === 'ACTIVE') return device
+    device.close()
+  }
+  throw Object.assign(new RdmaError(`No RDMA device with an ACTIVE port; ${available}`, { code: 'ENODEV' }), { devices: names })
+}
+
+export class Device extends Resource {
+  protected readonly kind = 'Device'
+  /** @internal */ readonly handle: NativeContext
+  readonly name: string
+  readonly #events = new EventEmitter()
+  readonly #qps = new Map<number, WeakRef<QueuePair>>()
+  readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
+  #attributes: DeviceAttributes | undefined
+
+  /** @internal use openDevice() */
+  constructor(name: string) {
+    super()
+    this.name = name
+    this.handle = call(() => new native.Context(name))
+    call(() => this.handle.watchAsyncEvents((type, detail) => this.#onAsyncEvent(type, detail)))
+  }
+
+  /** Device attributes (ibv_query_device). */
+  query(): DeviceAttributes {
+    this.assertOpen()
+    this.#attributes ??= call(() => this.handle.query()) as DeviceAttributes
+    return this.#attributes
+  }
+
+  /** Port attributes (ibv_query_port); ports are numbered from 1. */
+  queryPort(port = 1): PortInfo {
+    this.assertOpen()
+    integer(port, 'port', 1, 255)
+    const info = call(() => this.handle.queryPort(port)) as unknown as PortInfo
+    info.state = PORT_STATES[info.stateCode] ?? `STATE_${info.stateCode}`
+    return info
+  }
+
+  /** The port's GID table: index, GID, type and netdev of each entry. */
+  gids(port = 1): GidEntry[] {
+    this.assertOpen()
+    integer(port, 'port', 1, 255)
+    return call(() => this.handle.gids(port)) as GidEntry[]
+  }
+
+  /** The GID index connections use by default: RoCE v2 over IPv4 if there is one, else RoCE v2, else the first. */
+  defaultGidIndex(port = 1): number {
+    const gids = this.gids(port)
+    const pick = gids.find((g) => g.type === 'RoCEv2' && g.gid.startsWith('::ffff:')) ?? gids.find((g) => g.type === 'RoCEv2') ?? gids[0]
+    return pick?.index ?? 0
+  }
+
+  allocPd(): ProtectionDomain {
+    this.assertOpen()
+    return new ProtectionDomain(this)
+  }
+
+  createCq(options: CompletionQueueOptions = {}): CompletionQueue {
+    this.assertOpen()
+    return new CompletionQueue(this, options)
+  }
+
+  /** Listens for device async events ('async', AsyncEvent) and CQ failures ('error'). */
+  on(event: 'async', listener: (event: AsyncEvent) => void): this
+  on(event: 'error', listener: (error: Error) => void): this
+  on(event: string, listener: (...args: any[]) => void): this {
+    this.#events.on(event, listener)
+    return this
+  }
+
+  off(event: string, listener: (...args: any[]) => void): this {
+    this.#events.off(event, listener)
+    return this
+  }
+
+  /** @internal */
+  emit(event: string, ...args: unknown[]): void {
+    if (event === 'error' && this.#events.listenerCount('error') === 0) return
+    this.#events.emit(event, ...args)
+  }
+
+  /** @internal */ trackQp(qp: QueuePair): void { this.#qps.set(qp.qpn, new WeakRef(qp)) }
+  /** @internal */ untrackQp(qp: QueuePair): void { this.#qps.delete(qp.qpn) }
+  /** @internal */ trackSrq(srq: SharedReceiveQueue): void { this.#srqs.set(srq.kernelHandle, new WeakRef(srq)) }
+  /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
+
+  #onAsyncEvent(type: string, detail: number): void {
+    const name = type.replace(/^IBV_EVENT_/, '').replace(/ /g, '_').toUpperCase()
+    const event: AsyncEvent = { type: name }
+    if (PORT_EVENTS.has(name)) event.port = detail
+    if (QP_EVENTS.has(name)) {
+      event.qpn = detail
+      const qp = this.#qps.get(detail)?.deref()
+      if (qp) {
+        event.qp = qp
+        if (QP_FAILURES.has(name)) qp.failed(new RdmaError(`QP ${detail}: ${name}`, { code: name, qpn: detail }))
+      }
+    }
+    if (name.startsWith('SRQ')) {
+      const srq = this.#srqs.get(detail)?.deref()
+      if (srq) event.srq = srq
+    }
+    this.#events.emit('async', event)
+  }
+
+  protected closeHandle(): void {
+    call(() => this.handle.close())
+  }
+}

@@ -1,0 +1,172 @@
+// Native buffers, memory regions, and the local/remote slices that work
+// requests name. Every slice is bounds-checked when it is made.
+import { native, type NativeBufferHandle, type NativeMemoryRegion } from './native.js'
+import { call, RdmaError } from './errors.js'
+import { Resource } from './resource.js'
+import { integer, object, rangeError, typeError } from './validate.js'
+import type { ProtectionDomain } from './protection-domain.js'
+
+const TWO_32 = 4294967296
+
+/** Page-aligned memory owned by the library (not a JS ArrayBuffer, so it can't be detached). */
+export class NativeMemory {
+  /** @internal */ readonly handle: NativeBufferHandle
+  readonly size: number
+  /** A view of the memory; the memory stays alive while this view does. */
+  readonly bytes: Uint8Array
+
+  constructor(size: number) {
+    integer(size, 'size', 1, Number.MAX_SAFE_INTEGER)
+    this.handle = call(() => new native.NativeBuffer(size))
+    this.size = size
+    this.bytes = new Uint8Array(this.handle.view())
+  }
+
+  get address(): number { return this.handle.address }
+}
+
+export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView
+
+export class MemoryRegion extends Resource {
+  protected readonly kind = 'MemoryRegion'
+  /** @internal */ readonly handle: NativeMemoryRegion
+  readonly pd: ProtectionDomain
+  readonly access: number
+  readonly address: number
+  readonly length: number
+  readonly lkey: number
+  readonly rkey: number
+  /** The registered bytes. */
+  readonly bytes: Uint8Array
+  /** @internal Work requests in flight that name this region. */
+  inflight = 0
+  readonly #jsBacking: ArrayBuffer | undefined
+  readonly #memory: NativeMemory | undefined
+
+  /** @internal use pd.registerMemory() */
+  constructor(pd: ProtectionDomain, memory: RegisterableMemory, access: number) {
+    super()
+    this.pd = pd
+    this.access = access
+    if (memory instanceof NativeMemory) {
+      this.handle = call(() => new native.MemoryRegion(pd.handle, memory.handle, access))
+      this.#memory = memory
+      this.bytes = memory.bytes
+    } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory)) {
+      if (memory instanceof ArrayBuffer) {
+        this.#jsBacking = memory
+        this.bytes = new Uint8Array(memory)
+      } else {
+        if (!(memory.buffer instanceof ArrayBuffer)) throw typeError('an ArrayBuffer-backed view', 'memory', memory)
+        this.#jsBacking = memory.buffer
+        this.bytes = new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
+      }
+      if (this.bytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
+      this.handle = call(() => new native.MemoryRegion(pd.handle, memory, access))
+    } else {
+      throw typeError('a NativeMemory, ArrayBuffer or ArrayBufferView', 'memory', memory)
+    }
+    const info = this.handle.info()
+    this.address = info.address
+    this.length = info.length
+    this.lkey = info.lkey
+    this.rkey = info.rkey
+    this.adoptedBy(pd)
+  }
+
+  /** A part of this region for local use in a work request. */
+  slice(offset = 0, length?: number): LocalSlice {
+    this.assertOpen()
+    integer(offset, 'offset', 0, this.length)
+    const len = length === undefined ? this.length - offset : integer(length, 'length', 0, this.length - offset)
+    return new LocalSlice(this, offset, len)
+  }
+
+  /** A JSON-safe descriptor a peer turns into a RemoteRegion with remoteRegion(). */
+  describe(): RemoteDescriptor {
+    this.assertOpen()
+    return { version: 1, addr: '0x' + this.address.toString(16), rkey: this.rkey, length: this.length }
+  }
+
+  /** This region as a remote target (for loopback use on the same device). */
+  asRemote(): RemoteRegion {
+    return remoteRegion(this.describe())
+  }
+
+  /** @internal Throws unless the region can be named in a new work request. */
+  assertUsable(): void {
+    this.assertOpen()
+    if (this.#jsBacking !== undefined && this.#jsBacking.byteLength === 0) {
+      throw new RdmaError('The registered ArrayBuffer was detached (transferred); register it again', { code: 'ERR_DETACHED' })
+    }
+  }
+
+  /** Deregisters the region. Refused while work requests that name it are in flight. */
+  deregister(): void {
+    this.close()
+  }
+
+  protected override onClose(): void {
+    if (this.inflight > 0) {
+      throw new RdmaError(`Cannot deregister: ${this.inflight} work request(s) naming this region are in flight`, { code: 'ERR_BUSY' })
+    }
+  }
+
+  protected closeHandle(): void {
+    call(() => this.handle.close())
+    void this.#memory
+  }
+}
+
+/** A bounds-checked part of a local memory region. */
+export class LocalSlice {
+  constructor(readonly region: MemoryRegion, readonly offset: number, readonly length: number) {}
+  get address(): number { return this.region.address + this.offset }
+  get lkey(): number { return this.region.lkey }
+  /** The bytes of this slice (a view, no copy). */
+  get bytes(): Uint8Array { return this.region.bytes.subarray(this.offset, this.offset + this.length) }
+}
+
+/** Remote memory descriptor, version 1. `addr` is a hex string so that 64-bit addresses survive JSON. */
+export interface RemoteDescriptor { version: 1; addr: string; rkey: number; length: number }
+
+/** Memory on a peer, known from its descriptor. */
+export class RemoteRegion {
+  /** @internal */ readonly addrHi: number
+  /** @internal */ readonly addrLo: number
+  constructor(readonly addr: bigint, readonly rkey: number, readonly length: number) {
+    this.addrHi = Number(addr >> 32n)
+    this.addrLo = Number(addr & 0xffffffffn)
+  }
+  slice(offset = 0, length?: number): RemoteSlice {
+    integer(offset, 'offset', 0, this.length)
+    const len = length === undefined ? this.length - offset : integer(length, 'length', 0, this.length - offset)
+    return new RemoteSlice(this, offset, len)
+  }
+  describe(): RemoteDescriptor {
+    return { version: 1, addr: '0x' + this.addr.toString(16), rkey: this.rkey, length: this.length }
+  }
+}
+
+/** A bounds-checked part of a remote region. */
+export class RemoteSlice {
+  readonly addrHi: number
+  readonly addrLo: number
+  constructor(readonly region: RemoteRegion, readonly offset: number, readonly length: number) {
+    const lo = region.addrLo + offset
+    this.addrLo = lo % TWO_32
+    this.addrHi = (region.addrHi + Math.floor(lo / TWO_32)) >>> 0
+  }
+  get rkey(): number { return this.region.rkey }
+  get addr(): bigint { return (BigInt(this.addrHi) << 32n) | BigInt(this.addrLo) }
+}
+
+/** Turns a descriptor (from describe(), possibly via JSON) into a RemoteRegion. */
+export function remoteRegion(descriptor: unknown): RemoteRegion {
+  const d = object(descriptor, 'descriptor')
+  if (d.version !== 1) throw typeError('version 1', 'descriptor.version', d.version)
+  if (typeof d.addr !== 'string' || !/^0x[0-9a-f]{1,16}$/i.test(d.addr)) throw typeError('a hex address string', 'descriptor.addr', d.addr)
+  const rkey = integer(d.rkey, 'descriptor.rkey', 0, 0xffffffff)
+  const length = integer(d.length, 'descriptor.length', 0, Number.MAX_SAFE_INTEGER)
+  return new RemoteRegion(BigInt(d.addr), rkey, length)
+}

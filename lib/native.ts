@@ -1,0 +1,84 @@
+// Loads the addon and describes its surface. The native layer is thin: it
+// owns handles and the hot post/poll paths; validation happens in TypeScript.
+import { createRequire } from 'node:module'
+import { fileURLToPath } from 'node:url'
+import { dirname, join } from 'node:path'
+
+export interface NativeDeviceInfo { name: string; guid: string; nodeType: string; transport: string }
+
+export interface NativeContext {
+  query(): Record<string, unknown>
+  queryPort(port: number): Record<string, unknown>
+  gids(port: number): Array<{ index: number; gid: string; type: string; netdev: string | null }>
+  watchAsyncEvents(callback: (type: string, detail: number) => void): void
+  close(): void
+}
+export interface NativeProtectionDomain { readonly handle: number; close(): void }
+export interface NativeBufferHandle { readonly address: number; readonly size: number; view(): ArrayBuffer; release(): void }
+export interface NativeMemoryRegion {
+  info(): { address: number; length: number; lkey: number; rkey: number }
+  isDetached(): boolean
+  close(): void
+}
+export interface NativeCompletionQueue { readonly entries: number; poll(): number; setWaiting(waiting: boolean): void; close(): void }
+export interface NativeQpCaps { maxSendWr: number; maxRecvWr: number; maxSendSge: number; maxRecvSge: number; maxInlineData: number }
+export interface NativeQueuePair {
+  readonly qpn: number
+  readonly caps: NativeQpCaps
+  modify(attrs: Record<string, unknown>): void
+  query(): Record<string, any>
+  postSend(words: Uint32Array, count: number): void
+  postRecv(words: Uint32Array, count: number): void
+  bindMemoryWindow(mw: NativeMemoryWindow, mr: NativeMemoryRegion, address: number, length: number,
+    access: number, wrIdLo: number, wrIdHi: number, sendFlags: number): number
+  close(): void
+}
+export interface NativeSharedReceiveQueue {
+  readonly handle: number
+  postRecv(words: Uint32Array, count: number): void
+  arm(limit: number): void
+  query(): { maxWr: number; maxSge: number; limit: number }
+  close(): void
+}
+export interface NativeAddressHandle { readonly id: number; close(): void }
+export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; close(): void }
+
+export interface NativeAddon {
+  listDevices(): NativeDeviceInfo[]
+  Context: new (name: string) => NativeContext
+  ProtectionDomain: new (context: NativeContext) => NativeProtectionDomain
+  NativeBuffer: new (size: number) => NativeBufferHandle
+  MemoryRegion: new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView, access: number) => NativeMemoryRegion
+  CompletionQueue: new (context: NativeContext, entries: number, output: Uint32Array,
+    onCompletions: (count: number) => void, compVector: number) => NativeCompletionQueue
+  QueuePair: new (pd: NativeProtectionDomain, options: Record<string, unknown>) => NativeQueuePair
+  SharedReceiveQueue: new (pd: NativeProtectionDomain, maxWr: number, maxSge: number, limit: number) => NativeSharedReceiveQueue
+  AddressHandle: new (pd: NativeProtectionDomain, attr: Record<string, unknown>) => NativeAddressHandle
+  MemoryWindow: new (pd: NativeProtectionDomain, type: number) => NativeMemoryWindow
+  completionWords: number
+  sendHeaderWords: number
+  recvHeaderWords: number
+}
+
+const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..')
+
+function load(): NativeAddon {
+  const require = createRequire(import.meta.url)
+  try {
+    return require('node-gyp-build')(packageRoot) as NativeAddon
+  } catch (cause) {
+    const reason = cause instanceof Error ? cause.message : String(cause)
+    const error = new Error(
+      `node-ibverbs: could not load the native addon (${reason}).\n` +
+        'Possible fixes:\n' +
+        '- install rdma-core\'s runtime libraries: apt-get install libibverbs1 librdmacm1 ibverbs-providers\n' +
+        '- to build from source, install the development packages and a compiler:\n' +
+        '  apt-get install libibverbs-dev librdmacm-dev pkg-config python3 make g++, then npm rebuild node-ibverbs',
+      { cause },
+    ) as Error & { code: string }
+    error.code = 'ERR_ADDON_LOAD'
+    throw error
+  }
+}
+
+export const native: NativeAddon = load()

@@ -1,0 +1,159 @@
+// Work requests in flight: one Pending per promise, found by the wr_id of its
+// last work request. A Pending "settles" (its promise resolves or rejects) and
+// separately "finishes" (the hardware is done with its memory: its last
+// completion arrived or its queue pair was destroyed).
+import { RdmaError } from './errors.js'
+import { wcStatusNames } from './constants.js'
+import type { MemoryRegion } from './memory.js'
+import type { WaitOptions } from './validate.js'
+
+/** A completion as read from the CQ's output words. */
+export interface CompletionEntry {
+  wrId: number
+  status: number
+  opcode: number
+  byteLength: number
+  immOrRkey: number
+  qpn: number
+  srcQp: number
+  wcFlags: number
+  pkeyIndex: number
+  slid: number
+  sl: number
+  dlidPathBits: number
+  vendorError: number
+}
+
+/** What owns the queue a request was posted to (a QP, or an SRQ for receives). */
+export interface PendingOwner {
+  readonly qpn: number
+  /** Called when a Pending of this owner finishes. */
+  released(pending: Pending): void
+  /** Called when a completion of this owner carries an error status. */
+  failed(error: RdmaError): void
+}
+
+/** Liveness: a completion queue keeps the loop alive while it has pendings. */
+export interface PendingCounter { addPending(): void; removePending(): void }
+
+let nextWrId = 1
+const byLastWrId = new Map<number, Pending>()
+
+export function allocateWrIds(count: number): number {
+  const first = nextWrId
+  nextWrId += count
+  return first
+}
+
+export function findPending(wrId: number): Pending | undefined {
+  return byLastWrId.get(wrId)
+}
+
+export class Pending {
+  settled = false
+  finished = false
+  #timer: NodeJS.Timeout | undefined
+  #signal: AbortSignal | undefined
+  #onAbort: (() => void) | undefined
+
+  constructor(
+    readonly owner: PendingOwner,
+    readonly counter: PendingCounter | undefined,
+    readonly queue: 'send' | 'recv',
+    readonly verb: string,
+    readonly firstWrId: number,
+    public lastWrId: number,
+    readonly regions: readonly MemoryRegion[],
+    private readonly resolveFn: (entry: CompletionEntry) => void,
+    private readonly rejectFn: (error: Error) => void,
+  ) {}
+
+  /** Registers the request as in flight (call right before posting). */
+  track(wait: WaitOptions): void {
+    for (const region of this.regions) region.inflight++
+    byLastWrId.set(this.lastWrId, this)
+    this.counter?.addPending()
+    if (wait.timeoutMs !== undefined) {
+      this.#timer = setTimeout(() => {
+        this.reject(new RdmaError(`${this.verb} timed out after ${wait.timeoutMs} ms`, {
+          code: 'ETIMEDOUT', verb: this.verb, wrId: this.lastWrId, qpn: this.owner.qpn,
+        }))
+      }, wait.timeoutMs)
+    }
+    if (wait.signal !== undefined) {
+      this.#signal = wait.signal
+      this.#onAbort = () => {
+        this.reject(new RdmaError(`${this.verb} was aborted`, {
+          code: 'ABORT_ERR', verb: this.verb, wrId: this.lastWrId, qpn: this.owner.qpn, cause: wait.signal?.reason,
+        }))
+      }
+      wait.signal.addEventListener('abort', this.#onAbort, { once: true })
+    }
+  }
+
+  /** Undoes track() for a request that the queue refused. */
+  untrack(): void {
+    this.finish()
+  }
+
+  /** Number of work requests (queue slots) this request occupies. */
+  get slots(): number { return this.lastWrId - this.firstWrId + 1 }
+
+  /** After a partial post: only the first `posted` work requests reached the queue. */
+  truncate(posted: number): void {
+    byLastWrId.delete(this.lastWrId)
+    this.lastWrId = this.firstWrId + posted - 1
+    byLastWrId.set(this.lastWrId, this)
+  }
+
+  contains(wrId: number): boolean {
+    return wrId >= this.firstWrId && wrId <= this.lastWrId
+  }
+
+  /** A completion for this request arrived (its last WR, or an earlier WR that failed). */
+  complete(entry: CompletionEntry): void {
+    if (entry.wrId === this.lastWrId) this.finish()
+    if (entry.status === 0) {
+      if (entry.wrId === this.lastWrId && !this.settled) {
+        this.settled = true
+        this.clearWait()
+        this.resolveFn(entry)
+      }
+      return
+    }
+    const error = completionError(entry, this.verb)
+    if (entry.status !== 5 /* WR_FLUSH_ERR */) this.owner.failed(error)
+    this.reject(error)
+  }
+
+  reject(error: Error): void {
+    if (this.settled) return
+    this.settled = true
+    this.clearWait()
+    this.rejectFn(error)
+  }
+
+  /** The hardware is done with this request's memory. */
+  finish(): void {
+    if (this.finished) return
+    this.finished = true
+    byLastWrId.delete(this.lastWrId)
+    for (const region of this.regions) region.inflight--
+    this.counter?.removePending()
+    this.owner.released(this)
+  }
+
+  private clearWait(): void {
+    if (this.#timer) clearTimeout(this.#timer)
+    if (this.#signal && this.#onAbort) this.#signal.removeEventListener('abort', this.#onAbort)
+    this.#timer = undefined
+    this.#signal = undefined
+  }
+}
+
+export function completionError(entry: CompletionEntry, verb: string): RdmaError {
+  const status = wcStatusNames[entry.status] ?? `STATUS_${entry.status}`
+  return new RdmaError(`${verb} failed: ${status} (wr_id ${entry.wrId}, QP ${entry.qpn})`, {
+    code: status, status, verb, wrId: entry.wrId, qpn: entry.qpn, vendorError: entry.vendorError,
+  })
+}

@@ -1,0 +1,97 @@
+// Protection domain: the owner of memory registrations, queue pairs, SRQs,
+// address handles and memory windows.
+import { native, type NativeProtectionDomain } from './native.js'
+import { call, RdmaError } from './errors.js'
+import { Resource } from './resource.js'
+import { Access } from './constants.js'
+import { integer } from './validate.js'
+import { MemoryRegion, NativeMemory, type LocalSlice, type RegisterableMemory } from './memory.js'
+import { QueuePair, type QueuePairOptions } from './queue-pair.js'
+import { SharedReceiveQueue, type SharedReceiveQueueOptions } from './shared-receive-queue.js'
+import { AddressHandle, type AddressHandleOptions } from './address-handle.js'
+import { MemoryWindow } from './memory-window.js'
+import type { Device } from './device.js'
+
+const SLOT = 8
+const SLOTS_PER_PAGE = 512
+
+export class ProtectionDomain extends Resource {
+  protected readonly kind = 'ProtectionDomain'
+  /** @internal */ readonly handle: NativeProtectionDomain
+  readonly device: Device
+  #atomicRegions: MemoryRegion[] = []
+  #freeSlots: LocalSlice[] = []
+
+  /** @internal use device.allocPd() */
+  constructor(device: Device) {
+    super()
+    this.device = device
+    this.handle = call(() => new native.ProtectionDomain(device.handle))
+    this.adoptedBy(device)
+  }
+
+  /** Page-aligned, zero-filled memory owned by the library. */
+  allocBuffer(size: number): NativeMemory {
+    this.assertOpen()
+    return new NativeMemory(size)
+  }
+
+  /**
+   * Registers memory for RDMA with the given Access flags: library memory
+   * from allocBuffer(), or a JS ArrayBuffer / Buffer / typed array (zero copy).
+   */
+  registerMemory(memory: RegisterableMemory, access: number = Access.LocalWrite): MemoryRegion {
+    this.assertOpen()
+    integer(access, 'access', 0, 0x7fffffff)
+    if ((access & (Access.RemoteWrite | Access.RemoteAtomic)) && !(access & Access.LocalWrite)) {
+      throw new RdmaError('ibv_reg_mr: RemoteWrite and RemoteAtomic access need LocalWrite too', { code: 'EINVAL', errno: 22, syscall: 'ibv_reg_mr' })
+    }
+    return new MemoryRegion(this, memory, access)
+  }
+
+  /** allocBuffer(size) registered with `access`, in one call. */
+  allocRegion(size: number, access: number = Access.LocalWrite): MemoryRegion {
+    return this.registerMemory(this.allocBuffer(size), access)
+  }
+
+  createQp(options: QueuePairOptions): QueuePair {
+    this.assertOpen()
+    return new QueuePair(this, options)
+  }
+
+  createSrq(options: SharedReceiveQueueOptions = {}): SharedReceiveQueue {
+    this.assertOpen()
+    return new SharedReceiveQueue(this, options)
+  }
+
+  createAddressHandle(options: AddressHandleOptions): AddressHandle {
+    this.assertOpen()
+    return new AddressHandle(this, options)
+  }
+
+  allocMemoryWindow(type: 1 | 2 = 2): MemoryWindow {
+    this.assertOpen()
+    integer(type, 'type', 1, 2)
+    return new MemoryWindow(this, type as 1 | 2)
+  }
+
+  /** @internal 8 bytes of registered memory for an atomic's result. */
+  atomicSlot(): { slice: LocalSlice; release: () => void } {
+    if (this.#freeSlots.length === 0) {
+      const region = this.allocRegion(SLOT * SLOTS_PER_PAGE, Access.LocalWrite)
+      this.#atomicRegions.push(region)
+      for (let i = 0; i < SLOTS_PER_PAGE; i++) this.#freeSlots.push(region.slice(i * SLOT, SLOT))
+    }
+    const slice = this.#freeSlots.pop()!
+    return { slice, release: () => this.#freeSlots.push(slice) }
+  }
+
+  protected override onClose(): void {
+    this.#freeSlots = []
+    this.#atomicRegions = []
+  }
+
+  protected closeHandle(): void {
+    call(() => this.handle.close())
+  }
+}

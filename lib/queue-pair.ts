@@ -1,0 +1,611 @@
+// Queue pairs: connection setup (INIT -> RTR -> RTS) from a JSON-safe
+// endpoint, and every operation as a promise that settles on its completion.
+import { native, type NativeQueuePair } from './native.js'
+import { call, closedError, fromNative, RdmaError } from './errors.js'
+import { Resource } from './resource.js'
+import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
+import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
+import { allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
+import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
+import { WorkQueueSlots } from './work-queue.js'
+import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
+import { CompletionQueue } from './completion-queue.js'
+import type { ProtectionDomain } from './protection-domain.js'
+import { SharedReceiveQueue } from './shared-receive-queue.js'
+import { AddressHandle } from './address-handle.js'
+import { MemoryWindow } from './memory-window.js'
+
+const encoder = new WorkRequestEncoder()
+
+export interface QueuePairOptions {
+  type?: QpTypeName
+  sendCq: CompletionQueue
+  /** Defaults to sendCq. */
+  recvCq?: CompletionQueue
+  srq?: SharedReceiveQueue
+  maxSendWr?: number
+  maxRecvWr?: number
+  maxSendSge?: number
+  maxRecvSge?: number
+  maxInlineData?: number
+  /** Port used by connect() (default 1). */
+  port?: number
+  /** GID index for RoCE (default: the port's RoCE v2 IPv4 GID, else its first GID). */
+  gidIndex?: number
+}
+
+/** What a peer needs to connect to this QP. JSON-safe; send it any way you like. */
+export interface QpEndpoint {
+  version: 1
+  type: QpTypeName
+  qpn: number
+  psn: number
+  lid: number
+  gid: string
+  gidIndex: number
+  mtu: number
+  port: number
+}
+
+/** Overrides for connect(); every verbs attribute of the transitions can be set. */
+export interface ConnectOptions {
+  accessFlags?: number
+  pkeyIndex?: number
+  mtu?: number
+  sl?: number
+  hopLimit?: number
+  trafficClass?: number
+  flowLabel?: number
+  minRnrTimer?: number
+  maxDestRdAtomic?: number
+  maxRdAtomic?: number
+  timeout?: number
+  retryCount?: number
+  rnrRetry?: number
+  qkey?: number
+}
+
+export interface OpOptions extends WaitOptions {
+  /** Post without a signaled completion is not offered for single operations: each promise needs one. */
+  fence?: boolean
+  solicited?: boolean
+  /** Copy the data into the work request (size <= maxInlineData). */
+  inline?: boolean
+}
+
+export interface SendOptions extends OpOptions {
+  /** 32-bit immediate data delivered with the message (SEND_WITH_IMM). */
+  immediate?: number
+  /** Rkey the receiver's device invalidates (SEND_WITH_INV). */
+  invalidateRkey?: number
+  /** UD destination. */
+  dest?: { ah: AddressHandle; qpn: number; qkey: number }
+}
+
+export interface WriteOptions extends OpOptions {
+  /** 32-bit immediate data: consumes a receive on the peer (WRITE_WITH_IMM). */
+  immediate?: number
+}
+
+export interface AtomicOptions extends WaitOptions {
+  /** Where the original value lands (8 bytes); default: library-owned scratch memory. */
+  local?: LocalSlice
+}
+
+/** A completed receive. */
+export interface ReceiveCompletion {
+  byteLength: number
+  opcode: string
+  immediate?: number
+  invalidatedRkey?: number
+  /** UD: the sender's QP number; the first 40 bytes of the buffer hold the GRH when `grh` is true. */
+  srcQp: number
+  slid: number
+  sl: number
+  grh: boolean
+  qpn: number
+  wrId: number
+}
+
+export type BatchOperation =
+  | { op: 'write'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice; immediate?: number; inline?: boolean }
+  | { op: 'read'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice }
+  | { op: 'send'; local: LocalSlice | readonly LocalSlice[]; immediate?: number; inline?: boolean; dest?: SendOptions['dest'] }
+
+export interface BatchOptions extends WaitOptions {
+  /** 'last' (default): one signaled completion for the whole batch. 'each': one per work request. */
+  completions?: 'last' | 'each'
+}
+
+export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
+  const result: ReceiveCompletion = {
+    byteLength: entry.byteLength,
+    opcode: wcOpcodeNames[entry.opcode] ?? String(entry.opcode),
+    srcQp: entry.srcQp,
+    slid: entry.slid,
+    sl: entry.sl,
+    grh: (entry.wcFlags & WcFlags.Grh) !== 0,
+    qpn: entry.qpn,
+    wrId: entry.wrId,
+  }
+  if (entry.wcFlags & WcFlags.WithImm) result.immediate = entry.immOrRkey
+  if (entry.wcFlags & WcFlags.WithInv) result.invalidatedRkey = entry.immOrRkey
+  return result
+}
+
+/** Validates local slices and returns their SGEs and regions. */
+export function localSges(local: unknown, name: string, maxSge: number): { sges: Sge[]; regions: MemoryRegion[]; length: number } {
+  const slices = Array.isArray(local) ? local : [local]
+  if (slices.length > maxSge) throw rangeError(`at most ${maxSge} slices (the queue's max SGEs)`, name, slices.length)
+  const sges: Sge[] = []
+  const regions: MemoryRegion[] = []
+  let length = 0
+  for (const slice of slices) {
+    if (!(slice instanceof LocalSlice)) throw typeError('a LocalSlice (region.slice())', name, slice)
+    slice.region.assertUsable()
+    if (slice.length > 0) sges.push({ address: slice.address, length: slice.length, lkey: slice.lkey })
+    regions.push(slice.region)
+    length += slice.length
+  }
+  return { sges, regions, length }
+}
+
+function immediate(value: unknown, name: string): number | undefined {
+  return value === undefined ? undefined : integer(value, name, 0, 0xffffffff)
+}
+
+export class QueuePair extends Resource implements PendingOwner {
+  protected readonly kind = 'QueuePair'
+  /** @internal */ readonly handle: NativeQueuePair
+  readonly pd: ProtectionDomain
+  readonly type: QpTypeName
+  readonly qpn: number
+  readonly sendCq: CompletionQueue
+  readonly recvCq: CompletionQueue
+  readonly srq: SharedReceiveQueue | undefined
+  readonly port: number
+  readonly caps: { maxSendWr: number; maxRecvWr: number; maxSendSge: number; maxRecvSge: number; maxInlineData: number }
+  readonly psn: number
+  #state: QpStateName = 'RESET'
+  #error: RdmaError | undefined
+  readonly #gidIndex: number | undefined
+  readonly #outstanding = new Set<Pending>()
+  readonly #sendSlots: WorkQueueSlots
+  readonly #recvSlots: WorkQueueSlots
+
+  /** @internal use pd.createQp() */
+  constructor(pd: ProtectionDomain, options: QueuePairOptions) {
+    super()
+    const o = object(options, 'options')
+    this.type = oneOf(o.type, 'options.type', ['RC', 'UC', 'UD'] as const, 'RC')
+    this.sendCq = instance(o.sendCq, 'options.sendCq', CompletionQueue)
+    this.recvCq = o.recvCq === undefined ? this.sendCq : instance(o.recvCq, 'options.recvCq', CompletionQueue)
+    this.srq = o.srq === undefined ? undefined : instance(o.srq, 'options.srq', SharedReceiveQueue)
+    this.port = integer(o.port ?? 1, 'options.port', 1, 255)
+    this.#gidIndex = o.gidIndex === undefined ? undefined : integer(o.gidIndex, 'options.gidIndex', 0, 255)
+    const nativeOptions = {
+      type: QpType[this.type],
+      sendCq: this.sendCq.handle,
+      recvCq: this.recvCq.handle,
+      srq: this.srq?.handle,
+      maxSendWr: integer(o.maxSendWr ?? 128, 'options.maxSendWr', 1, 1 << 20),
+      maxRecvWr: integer(o.maxRecvWr ?? 128, 'options.maxRecvWr', 1, 1 << 20),
+      maxSendSge: integer(o.maxSendSge ?? 1, 'options.maxSendSge', 1, 64),
+      maxRecvSge: integer(o.maxRecvSge ?? 1, 'options.maxRecvSge', 1, 64),
+      maxInlineData: integer(o.maxInlineData ?? 0, 'options.maxInlineData', 0, 1 << 16),
+    }
+    for (const cq of [this.sendCq, this.recvCq]) if (cq.closed) throw closedError('CompletionQueue')
+    if (this.srq?.closed) throw closedError('SharedReceiveQueue')
+    this.pd = pd
+    this.handle = call(() => new native.QueuePair(pd.handle, nativeOptions))
+    this.qpn = this.handle.qpn
+    this.caps = this.handle.caps
+    this.psn = Math.floor(Math.random() * 0xffffff)
+    this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
+    this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
+    const owner = { findContaining: (wrId: number) => this.#findContaining(wrId) }
+    this.sendCq.addOwner(this.qpn, owner)
+    this.recvCq.addOwner(this.qpn, owner)
+    pd.device.trackQp(this)
+    this.srq?.attach(this)
+    this.adoptedBy(pd, this.sendCq, this.recvCq, ...(this.srq ? [this.srq] : []))
+  }
+
+  /** State as last set through this object (query() asks the device). */
+  get state(): QpStateName { return this.#state }
+
+  /** The error that moved this QP to the error state, if any. */
+  get error(): RdmaError | undefined { return this.#error }
+
+  /** Requests in flight on this QP. */
+  get outstanding(): number { return this.#outstanding.size }
+
+  /** This QP's endpoint, to hand to the peer. */
+  endpoint(): QpEndpoint {
+    this.assertOpen()
+    const portInfo = this.pd.device.queryPort(this.port)
+    const gidIndex = this.#gidIndex ?? this.pd.device.defaultGidIndex(this.port)
+    const gid = this.pd.device.gids(this.port).find((g) => g.index === gidIndex)?.gid ?? '::'
+    return { version: 1, type: this.type, qpn: this.qpn, psn: this.psn, lid: portInfo.lid, gid, gidIndex, mtu: portInfo.activeMtu, port: this.port }
+  }
+
+  /** Drives RESET -> INIT -> RTR -> RTS towards the peer's endpoint (RC, UC). */
+  async connect(remote: QpEndpoint, options: ConnectOptions = {}): Promise<void> {
+    this.assertOpen()
+    if (this.type === 'UD') throw new RdmaError('A UD queue pair has no peer: use activate()', { code: 'ERR_QP_TYPE' })
+    const r = object(remote, 'remote')
+    const o = optionalObject(options, 'options')
+    if (r.version !== 1) throw typeError('an endpoint of version 1', 'remote.version', r.version)
+    if (r.type !== undefined && r.type !== this.type) throw typeError(`a ${this.type} endpoint`, 'remote.type', r.type)
+    const destQpNum = integer(r.qpn, 'remote.qpn', 0, 0xffffff)
+    const rqPsn = integer(r.psn, 'remote.psn', 0, 0xffffff)
+    const dlid = integer(r.lid ?? 0, 'remote.lid', 0, 0xffff)
+    if (typeof r.gid !== 'string') throw typeError('a GID string', 'remote.gid', r.gid)
+    const local = this.pd.device.queryPort(this.port)
+    const remoteMtu = integer(r.mtu ?? local.activeMtu, 'remote.mtu', 256, 4096)
+    const mtu = o.mtu === undefined ? Math.min(local.activeMtu, remoteMtu) : integer(o.mtu, 'options.mtu', 256, 4096)
+    const device = this.pd.device.query()
+    const global = local.linkLayer === 'Ethernet' || r.gid !== '::'
+    const gidIndex = this.#gidIndex ?? this.pd.device.defaultGidIndex(this.port)
+    const u8 = (key: keyof ConnectOptions, fallback: number, max = 255) => integer(o[key] ?? fallback, `options.${key}`, 0, max)
+    this.#modify('INIT', {
+      pkeyIndex: u8('pkeyIndex', 0, 0xffff),
+      portNum: this.port,
+      accessFlags: u8('accessFlags', Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic, 0xffffffff),
+    })
+    const ahAttr: Record<string, unknown> = { dlid, sl: u8('sl', 0, 15), portNum: this.port }
+    if (global) {
+      ahAttr.grh = { dgid: r.gid, sgidIndex: gidIndex, hopLimit: u8('hopLimit', 64), trafficClass: u8('trafficClass', 0), flowLabel: u8('flowLabel', 0, 0xfffff) }
+    }
+    const rtr: Record<string, unknown> = { pathMtu: mtuEnum(mtu), destQpNum, rqPsn, ahAttr }
+    if (this.type === 'RC') {
+      rtr.maxDestRdAtomic = u8('maxDestRdAtomic', Math.min(16, device.maxQpRdAtom))
+      rtr.minRnrTimer = u8('minRnrTimer', 12, 31)
+    }
+    this.#modify('RTR', rtr)
+    const rts: Record<string, unknown> = { sqPsn: this.psn }
+    if (this.type === 'RC') {
+      rts.timeout = u8('timeout', 14, 31)
+      rts.retryCount = u8('retryCount', 7, 7)
+      rts.rnrRetry = u8('rnrRetry', 7, 7)
+      rts.maxRdAtomic = u8('maxRdAtomic', Math.min(16, device.maxQpInitRdAtom))
+    }
+    this.#modify('RTS', rts)
+  }
+
+  /** Brings a UD queue pair to RTS (it then sends to address handles). */
+  async activate(options: { qkey?: number; pkeyIndex?: number } = {}): Promise<void> {
+    this.assertOpen()
+    if (this.type !== 'UD') throw new RdmaError('activate() is for UD queue pairs: use connect()', { code: 'ERR_QP_TYPE' })
+    const o = optionalObject(options, 'options')
+    this.#modify('INIT', { pkeyIndex: integer(o.pkeyIndex ?? 0, 'options.pkeyIndex', 0, 0xffff), portNum: this.port, qkey: integer(o.qkey ?? 0x11111111, 'options.qkey', 0, 0xffffffff) })
+    this.#modify('RTR', {})
+    this.#modify('RTS', { sqPsn: this.psn })
+  }
+
+  /** Low-level state transition with explicit verbs attributes (see ibv_modify_qp). */
+  modify(state: QpStateName, attributes: Record<string, unknown> = {}): void {
+    this.assertOpen()
+    oneOf(state, 'state', qpStateNames)
+    this.#modify(state, optionalObject(attributes, 'attributes'))
+  }
+
+  #modify(state: QpStateName, attributes: Record<string, unknown>): void {
+    call(() => this.handle.modify({ ...attributes, qpState: QpState[state] }))
+    this.#state = state
+    if (state === 'ERR') this.failed(new RdmaError(`QP ${this.qpn} was moved to the error state`, { code: 'ERR_QP_STATE', qpn: this.qpn }))
+    if (state === 'RESET') this.#error = undefined
+  }
+
+  /** Current attributes, from the device. */
+  query(): Record<string, unknown> & { state: QpStateName } {
+    this.assertOpen()
+    const q = call(() => this.handle.query())
+    return { ...q, state: qpStateNames[q.qpState as number] ?? 'ERR' }
+  }
+
+  // --- operations -------------------------------------------------------
+
+  /** RDMA WRITE (WRITE_WITH_IMM with options.immediate) of the local bytes to the remote slice; lengths must match. */
+  write(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: WriteOptions = {}): Promise<void> {
+    return this.postBatch([{ op: 'write', local, remote, ...pick(options, 'immediate', 'inline') }], options)
+  }
+
+  /** RDMA READ of the remote slice into the local slices; lengths must match. */
+  read(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: OpOptions = {}): Promise<void> {
+    return this.postBatch([{ op: 'read', local, remote }], options)
+  }
+
+  /** SEND (SEND_WITH_IMM / SEND_WITH_INV with options); an empty array sends a zero-length message. */
+  send(local: LocalSlice | readonly LocalSlice[], options: SendOptions = {}): Promise<void> {
+    const o = optionalObject(options, 'options')
+    const op: BatchOperation & { invalidateRkey?: number } = { op: 'send', local, ...pick(options, 'immediate', 'inline', 'dest') }
+    if (o.invalidateRkey !== undefined) op.invalidateRkey = integer(o.invalidateRkey, 'options.invalidateRkey', 0, 0xffffffff)
+    return this.postBatch([op], options)
+  }
+
+  /** Posts a receive buffer; resolves when a message lands in it. */
+  recv(local: LocalSlice | readonly LocalSlice[], options: WaitOptions = {}): Promise<ReceiveCompletion> {
+    const wait = waitOptions(options)
+    if (this.srq) return Promise.reject(new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' }))
+    return new Promise((resolve, reject) => {
+      try {
+        const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge)
+        this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first) => encoder.addRecv(first, sges))
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
+  /** Atomic compare-and-swap on 8 remote bytes; resolves with the value before the operation. */
+  compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = {}): Promise<bigint> {
+    return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, uint64(compare, 'compare'), uint64(swap, 'swap'), options)
+  }
+
+  /** Atomic fetch-and-add on 8 remote bytes; resolves with the value before the addition. */
+  fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = {}): Promise<bigint> {
+    return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, uint64(add, 'add'), 0n, options)
+  }
+
+  /**
+   * Posts many work requests with one native call (one doorbell). With
+   * completions 'last' only the final request is signaled; the promise
+   * resolves when all have completed, or rejects with the first failure.
+   */
+  postBatch(operations: readonly BatchOperation[], options: BatchOptions = {}): Promise<void> {
+    return new Promise((resolve, reject) => {
+      try {
+        if (!Array.isArray(operations) || operations.length === 0) throw typeError('a non-empty array of operations', 'operations', operations)
+        const o = optionalObject(options, 'options')
+        const wait = waitOptions(o)
+        const mode = oneOf(o.completions, 'options.completions', ['last', 'each'] as const, 'last')
+        const baseFlags = (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
+        const wrs = operations.map((op, i) => this.#sendWr(op, `operations[${i}]`, baseFlags))
+        const regions = wrs.flatMap((w) => w.regions)
+        const verb = operations.length === 1 ? operations[0]!.op : 'batch'
+        // 'each' signals every request (one completion each); the promise
+        // still settles once, on the last completion or the first failure.
+        this.#submit('send', verb, wrs.length, regions, wait, () => resolve(), reject, () => undefined, (first) => {
+          wrs.forEach((w, i) => {
+            const signaled = mode === 'each' || i === wrs.length - 1
+            encoder.addSend({ ...w.wr, wrId: first + i, flags: w.wr.flags | (signaled ? SendFlags.Signaled : 0) })
+          })
+        })
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
+  /**
+   * Binds a memory window over part of a region (the region needs
+   * Access.MwBind) and resolves with a descriptor of the window for the peer.
+   */
+  bindWindow(window: MemoryWindow, slice: LocalSlice, access: number, options: WaitOptions = {}): Promise<{ version: 1; addr: string; rkey: number; length: number }> {
+    return new Promise((resolve, reject) => {
+      try {
+        instance(window, 'window', MemoryWindow)
+        if (!(slice instanceof LocalSlice)) throw typeError('a LocalSlice', 'slice', slice)
+        slice.region.assertUsable()
+        integer(access, 'access', 0, 0xffffffff)
+        const wait = waitOptions(options)
+        let rkey = 0
+        this.#submit('send', 'bindWindow', 1, [slice.region], wait, resolve, reject,
+          () => ({ version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }),
+          (first) => {
+            rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
+            window.boundRkey = rkey
+          }, true)
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
+  /** LOCAL_INV: invalidates a type 2 memory window's rkey on this device. */
+  invalidate(rkey: number, options: WaitOptions = {}): Promise<void> {
+    return new Promise((resolve, reject) => {
+      try {
+        integer(rkey, 'rkey', 0, 0xffffffff)
+        this.#submit('send', 'invalidate', 1, [], waitOptions(options), () => resolve(), reject, () => undefined, (first) => {
+          encoder.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })
+        })
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
+  #atomic(verb: string, opcode: number, remote: RemoteSlice, compareAdd: bigint, swap: bigint, options: AtomicOptions): Promise<bigint> {
+    return new Promise((resolve, reject) => {
+      try {
+        if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice', 'remote', remote)
+        if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
+        const o = optionalObject(options, 'options')
+        const wait = waitOptions(o)
+        let local: LocalSlice
+        let release = () => {}
+        if (o.local !== undefined) {
+          local = instance(o.local, 'options.local', LocalSlice)
+          if (local.length !== 8) throw rangeError('a local slice of 8 bytes', 'options.local.length', local.length)
+          local.region.assertUsable()
+        } else {
+          const slot = this.pd.atomicSlot()
+          local = slot.slice
+          release = slot.release
+        }
+        const view = new DataView(local.region.bytes.buffer, local.region.bytes.byteOffset + local.offset, 8)
+        this.#submit('send', verb, 1, [local.region], wait,
+          (value: bigint) => { release(); resolve(value) },
+          (error) => {
+            // After a timeout or abort the device may still write the slot.
+            const code = (error as RdmaError).code
+            if (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR') release()
+            reject(error)
+          },
+          () => view.getBigUint64(0, true),
+          (first) => encoder.addSend({
+            wrId: first, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }],
+            remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
+          }))
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
+  #sendWr(op: BatchOperation, name: string, baseFlags: number): { wr: SendWr; regions: MemoryRegion[]; verb: string } {
+    const o = object(op, name) as Record<string, unknown>
+    const kind = oneOf(o.op, `${name}.op`, ['write', 'read', 'send'] as const)
+    const { sges, regions, length } = localSges(o.local, `${name}.local`, this.caps.maxSendSge)
+    const inline = boolean(o.inline, `${name}.inline`, false)
+    let flags = baseFlags
+    if (inline) {
+      if (kind === 'read') throw typeError('no inline flag on a read', `${name}.inline`, true)
+      if (length > this.caps.maxInlineData) throw rangeError(`at most ${this.caps.maxInlineData} bytes inline (maxInlineData)`, `${name}.local`, length)
+      flags |= SendFlags.Inline
+    }
+    const wr: SendWr = { wrId: 0, opcode: 0, flags, sges }
+    if (kind === 'send') {
+      const imm = immediate(o.immediate, `${name}.immediate`)
+      wr.opcode = imm === undefined ? WrOpcode.Send : WrOpcode.SendWithImm
+      if (imm !== undefined) wr.immOrRkey = imm
+      if (o.invalidateRkey !== undefined) {
+        if (imm !== undefined) throw typeError('either immediate or invalidateRkey', name, o)
+        wr.opcode = WrOpcode.SendWithInv
+        wr.immOrRkey = o.invalidateRkey as number
+      }
+      if (this.type === 'UD') {
+        const dest = object(o.dest, `${name}.dest`)
+        const ah = instance(dest.ah, `${name}.dest.ah`, AddressHandle)
+        wr.ahId = ah.id
+        wr.remoteQpn = integer(dest.qpn, `${name}.dest.qpn`, 0, 0xffffff)
+        wr.remoteQkey = integer(dest.qkey, `${name}.dest.qkey`, 0, 0xffffffff)
+      }
+    } else {
+      if (this.type === 'UD') throw new RdmaError(`${kind} needs a connected QP (RC or UC)`, { code: 'ERR_QP_TYPE' })
+      if (kind === 'read' && this.type !== 'RC') throw new RdmaError('read needs an RC QP', { code: 'ERR_QP_TYPE' })
+      const remote = o.remote
+      if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', `${name}.remote`, remote)
+      if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, `${name}.remote.length`, remote.length)
+      wr.remoteHi = remote.addrHi
+      wr.remoteLo = remote.addrLo
+      wr.rkey = remote.rkey
+      if (kind === 'read') {
+        wr.opcode = WrOpcode.RdmaRead
+      } else {
+        const imm = immediate(o.immediate, `${name}.immediate`)
+        wr.opcode = imm === undefined ? WrOpcode.RdmaWrite : WrOpcode.RdmaWriteWithImm
+        if (imm !== undefined) wr.immOrRkey = imm
+      }
+    }
+    return { wr, regions, verb: kind }
+  }
+
+  /**
+   * Common path of every operation: checks the QP, waits for queue slots,
+   * tracks the request, encodes it and posts it with one native call.
+   */
+  #submit<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion[], wait: WaitOptions,
+    resolve: (value: T) => void, reject: (error: Error) => void, transform: (entry: CompletionEntry) => T,
+    encode: (firstWrId: number) => void, custom = false): void {
+    this.assertOpen()
+    if (this.#error) throw this.#stateError(verb)
+    if (queue === 'send' ? this.#state !== 'RTS' : this.#state === 'RESET') {
+      throw new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state}${queue === 'send' ? ' (needs RTS: connect() first)' : ' (needs INIT or later)'}`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
+    }
+    const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
+    if (count > slots.capacity) throw rangeError(`at most ${slots.capacity} work requests (the queue depth)`, 'operations.length', count)
+    const post = () => {
+      if (this.closed) return reject(closedError(this.kind))
+      if (this.#error) return reject(this.#stateError(verb))
+      const first = allocateWrIds(count)
+      const counter = queue === 'send' ? this.sendCq : (this.recvCq)
+      const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions,
+        (entry) => {
+          try { resolve(transform(entry)) } catch (error) { reject(error as Error) }
+        }, reject)
+      let encoded = false
+      try {
+        encoder.reset()
+        pending.track(wait)
+        this.#outstanding.add(pending)
+        slots.used += count
+        encode(first)
+        encoded = true
+        if (!custom) {
+          if (queue === 'send') this.handle.postSend(encoder.buffer, encoder.count)
+          else this.handle.postRecv(encoder.buffer, encoder.count)
+        }
+      } catch (cause) {
+        const error = encoded || custom ? fromNative(cause) : (cause as Error)
+        const posted = (error as RdmaError).posted ?? 0
+        if (posted === 0) {
+          pending.untrack()
+        } else {
+          // Part of a batch reached the queue; its final, signaled request did
+          // not. Flush the posted ones through the error state so they complete.
+          slots.release(count - posted)
+          pending.truncate(posted)
+          try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
+        }
+        pending.reject(error)
+      }
+    }
+    slots.whenFree(count, post, reject)
+  }
+
+  #stateError(verb: string): RdmaError {
+    const cause = this.#error!
+    return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in the error state (${cause.status ?? cause.code})`, {
+      code: 'ERR_QP_STATE', status: cause.status, verb, qpn: this.qpn, cause,
+    } as never)
+  }
+
+  #findContaining(wrId: number): Pending | undefined {
+    for (const pending of this.#outstanding) if (pending.contains(wrId)) return pending
+    return undefined
+  }
+
+  /** @internal PendingOwner */
+  released(pending: Pending): void {
+    if (!this.#outstanding.delete(pending)) return
+    ;(pending.queue === 'send' ? this.#sendSlots : this.#recvSlots).release(pending.slots)
+  }
+
+  /** @internal PendingOwner: an error completion moved the QP to the error state. */
+  failed(error: RdmaError): void {
+    if (this.#error) return
+    this.#error = error
+    this.#state = 'ERR'
+    const stateError = this.#stateError('post')
+    this.#sendSlots.fail(stateError)
+    this.#recvSlots.fail(stateError)
+  }
+
+  protected override onClose(): void {
+    this.pd.device.untrackQp(this)
+    this.sendCq.removeOwner(this.qpn)
+    this.recvCq.removeOwner(this.qpn)
+  }
+
+  protected closeHandle(): void {
+    call(() => this.handle.close())
+    // The device is done with every buffer this QP named.
+    const error = closedError(this.kind)
+    for (const pending of [...this.#outstanding]) {
+      pending.finish()
+      pending.reject(error)
+    }
+    this.#sendSlots.fail(error)
+    this.#recvSlots.fail(error)
+  }
+}
+
+function pick<T extends object, K extends keyof T>(source: T, ...keys: K[]): Partial<Pick<T, K>> {
+  const result: Partial<Pick<T, K>> = {}
+  if (typeof source !== 'object' || source === null) return result
+  for (const key of keys) if (source[key] !== undefined) result[key] = source[key]
+  return result
+}

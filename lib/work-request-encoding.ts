@@ -1,0 +1,100 @@
+// Encodes work requests into a reusable Uint32Array that the addon posts with
+// one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
+import { native } from './native.js'
+
+const SEND_HEADER = native.sendHeaderWords // 16
+const RECV_HEADER = native.recvHeaderWords // 4
+const SGE_WORDS = 4
+const TWO_32 = 4294967296
+
+/** A local scatter/gather element: address, length, lkey. */
+export interface Sge { address: number; length: number; lkey: number }
+
+export interface SendWr {
+  wrId: number
+  opcode: number
+  flags: number
+  sges: readonly Sge[]
+  /** Immediate data, or the rkey to invalidate for LOCAL_INV / SEND_WITH_INV. */
+  immOrRkey?: number
+  remoteHi?: number
+  remoteLo?: number
+  rkey?: number
+  compareAdd?: bigint
+  swap?: bigint
+  ahId?: number
+  remoteQpn?: number
+  remoteQkey?: number
+}
+
+export class WorkRequestEncoder {
+  private words = new Uint32Array(1024)
+  private used = 0
+  count = 0
+
+  reset(): void {
+    this.used = 0
+    this.count = 0
+  }
+
+  get buffer(): Uint32Array { return this.words }
+
+  private reserve(n: number): number {
+    const at = this.used
+    if (at + n > this.words.length) {
+      const bigger = new Uint32Array(Math.max(this.words.length * 2, at + n))
+      bigger.set(this.words.subarray(0, at))
+      this.words = bigger
+    }
+    this.used = at + n
+    return at
+  }
+
+  addSend(wr: SendWr): void {
+    const n = wr.sges.length
+    const at = this.reserve(SEND_HEADER + n * SGE_WORDS)
+    const w = this.words
+    w[at] = wr.wrId >>> 0
+    w[at + 1] = Math.floor(wr.wrId / TWO_32)
+    w[at + 2] = wr.opcode
+    w[at + 3] = wr.flags
+    w[at + 4] = n
+    w[at + 5] = wr.immOrRkey ?? 0
+    w[at + 6] = wr.remoteLo ?? 0
+    w[at + 7] = wr.remoteHi ?? 0
+    w[at + 8] = wr.rkey ?? 0
+    const compareAdd = wr.compareAdd ?? 0n
+    const swap = wr.swap ?? 0n
+    w[at + 9] = Number(compareAdd & 0xffffffffn)
+    w[at + 10] = Number(compareAdd >> 32n)
+    w[at + 11] = Number(swap & 0xffffffffn)
+    w[at + 12] = Number(swap >> 32n)
+    w[at + 13] = wr.ahId ?? 0
+    w[at + 14] = wr.remoteQpn ?? 0
+    w[at + 15] = wr.remoteQkey ?? 0
+    writeSges(w, at + SEND_HEADER, wr.sges)
+    this.count++
+  }
+
+  addRecv(wrId: number, sges: readonly Sge[]): void {
+    const n = sges.length
+    const at = this.reserve(RECV_HEADER + n * SGE_WORDS)
+    const w = this.words
+    w[at] = wrId >>> 0
+    w[at + 1] = Math.floor(wrId / TWO_32)
+    w[at + 2] = n
+    w[at + 3] = 0
+    writeSges(w, at + RECV_HEADER, sges)
+    this.count++
+  }
+}
+
+function writeSges(w: Uint32Array, at: number, sges: readonly Sge[]): void {
+  for (const sge of sges) {
+    w[at] = sge.address >>> 0
+    w[at + 1] = Math.floor(sge.address / TWO_32)
+    w[at + 2] = sge.length
+    w[at + 3] = sge.lkey
+    at += SGE_WORDS
+  }
+}

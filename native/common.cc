@@ -1,0 +1,136 @@
+#include "common.h"
+
+#include <string.h>
+
+namespace ibv {
+
+namespace {
+const napi_type_tag kTags[] = {
+    {0x6e6f6465ULL, 0x69627600ULL}, {0x6e6f6465ULL, 0x69627601ULL}, {0x6e6f6465ULL, 0x69627602ULL},
+    {0x6e6f6465ULL, 0x69627603ULL}, {0x6e6f6465ULL, 0x69627604ULL}, {0x6e6f6465ULL, 0x69627605ULL},
+    {0x6e6f6465ULL, 0x69627606ULL}, {0x6e6f6465ULL, 0x69627607ULL}, {0x6e6f6465ULL, 0x69627608ULL},
+    {0x6e6f6465ULL, 0x69627609ULL}, {0x6e6f6465ULL, 0x6962760aULL}, {0x6e6f6465ULL, 0x6962760bULL},
+};
+
+std::string ErrnoName(int err) {
+  const char* name = strerrorname_np(err);
+  return name ? name : "E" + std::to_string(err);
+}
+}  // namespace
+
+Napi::Error ErrnoError(Napi::Env env, int err, const char* syscall) {
+  std::string message = std::string(syscall) + ": " + strerror(err);
+  Napi::Error error = Napi::Error::New(env, message);
+  error.Set("code", ErrnoName(err));
+  error.Set("errno", Napi::Number::New(env, err));
+  error.Set("syscall", syscall);
+  return error;
+}
+
+void ThrowErrno(Napi::Env env, int err, const char* syscall) {
+  throw ErrnoError(env, err, syscall);
+}
+
+void ThrowCode(Napi::Env env, const char* code, const std::string& message) {
+  Napi::Error error = Napi::Error::New(env, message);
+  error.Set("code", code);
+  throw error;
+}
+
+static void RequireArg(const Napi::CallbackInfo& info, size_t index, const char* name, bool ok,
+                       const char* expected) {
+  if (!ok) {
+    ThrowCode(info.Env(), "ERR_INVALID_ARG_TYPE",
+              std::string("Expected ") + expected + " for " + name);
+  }
+}
+
+uint32_t ArgU32(const Napi::CallbackInfo& info, size_t index, const char* name) {
+  RequireArg(info, index, name, index < info.Length() && info[index].IsNumber(), "a number");
+  double value = info[index].As<Napi::Number>().DoubleValue();
+  RequireArg(info, index, name, value >= 0 && value <= 4294967295.0 && value == (uint32_t)value,
+             "an integer from 0 to 2^32-1");
+  return static_cast<uint32_t>(value);
+}
+
+int64_t ArgI64(const Napi::CallbackInfo& info, size_t index, const char* name) {
+  RequireArg(info, index, name, index < info.Length() && info[index].IsNumber(), "a number");
+  return info[index].As<Napi::Number>().Int64Value();
+}
+
+uint64_t ArgU64(const Napi::CallbackInfo& info, size_t index, const char* name) {
+  RequireArg(info, index, name, index < info.Length() && info[index].IsBigInt(), "a bigint");
+  bool lossless = false;
+  uint64_t value = info[index].As<Napi::BigInt>().Uint64Value(&lossless);
+  RequireArg(info, index, name, lossless, "a bigint from 0 to 2^64-1");
+  return value;
+}
+
+std::string ArgString(const Napi::CallbackInfo& info, size_t index, const char* name) {
+  RequireArg(info, index, name, index < info.Length() && info[index].IsString(), "a string");
+  return info[index].As<Napi::String>().Utf8Value();
+}
+
+Napi::Function ArgFunction(const Napi::CallbackInfo& info, size_t index, const char* name) {
+  RequireArg(info, index, name, index < info.Length() && info[index].IsFunction(), "a function");
+  return info[index].As<Napi::Function>();
+}
+
+void ArgBytes(const Napi::CallbackInfo& info, size_t index, const char* name, uint8_t** data,
+              size_t* length, Napi::ArrayBuffer* backing) {
+  RequireArg(info, index, name, index < info.Length(), "an ArrayBuffer or view");
+  Napi::Value value = info[index];
+  if (value.IsArrayBuffer()) {
+    Napi::ArrayBuffer ab = value.As<Napi::ArrayBuffer>();
+    *data = static_cast<uint8_t*>(ab.Data());
+    *length = ab.ByteLength();
+    *backing = ab;
+    return;
+  }
+  if (value.IsTypedArray()) {
+    Napi::TypedArray view = value.As<Napi::TypedArray>();
+    Napi::ArrayBuffer ab = view.ArrayBuffer();
+    *data = static_cast<uint8_t*>(ab.Data()) + view.ByteOffset();
+    *length = view.ByteLength();
+    *backing = ab;
+    return;
+  }
+  if (value.IsDataView()) {
+    Napi::DataView view = value.As<Napi::DataView>();
+    Napi::ArrayBuffer ab = view.ArrayBuffer();
+    *data = static_cast<uint8_t*>(ab.Data()) + view.ByteOffset();
+    *length = view.ByteLength();
+    *backing = ab;
+    return;
+  }
+  RequireArg(info, index, name, false, "an ArrayBuffer or view");
+}
+
+Napi::Value BigU64(Napi::Env env, uint64_t value) { return Napi::BigInt::New(env, value); }
+
+void TagObject(Napi::Env env, Napi::Object object, Kind kind) {
+  napi_status status = napi_type_tag_object(env, object, &kTags[static_cast<uint32_t>(kind)]);
+  NAPI_THROW_IF_FAILED_VOID(env, status);
+}
+
+bool HasTag(Napi::Env env, Napi::Value value, Kind kind) {
+  if (!value.IsObject()) return false;
+  bool result = false;
+  napi_status status =
+      napi_check_object_type_tag(env, value, &kTags[static_cast<uint32_t>(kind)], &result);
+  return status == napi_ok && result;
+}
+
+}  // namespace ibv
+
+namespace ibv {
+void CallFromLoop(Napi::Env env, Napi::FunctionReference& callback,
+                  const std::initializer_list<napi_value>& args) {
+  if (callback.IsEmpty()) return;
+  try {
+    callback.MakeCallback(env.Global(), args);
+  } catch (const Napi::Error& error) {
+    napi_fatal_exception(env, error.Value());
+  }
+}
+}  // namespace ibv

@@ -1,0 +1,179 @@
+// Completion queue with a completion channel watched on the event loop.
+// Completions are written into a JS-owned Uint32Array (kCompletionWords words
+// each) and announced with one callback per batch, so that many completions
+// cost one crossing into JS.
+#include "addon.h"
+#include "resources.h"
+
+namespace ibv {
+
+int CqResource::DestroyHandle() {
+  watcher.Stop();
+  if (cq && ibv_destroy_cq(cq) != 0) return errno ? errno : EBUSY;
+  cq = nullptr;
+  if (channel && ibv_destroy_comp_channel(channel) != 0) return errno ? errno : EBUSY;
+  channel = nullptr;
+  on_completions.Reset();
+  output.Reset();
+  output_words = nullptr;
+  return 0;
+}
+
+namespace {
+
+// Polls up to the output capacity; returns the count or -errno.
+int PollInto(CqResource* res) {
+  int n = ibv_poll_cq(res->cq, static_cast<int>(res->output_capacity), res->wcs.data());
+  if (n <= 0) return n;
+  uint32_t* out = res->output_words;
+  for (int i = 0; i < n; i++, out += kCompletionWords) {
+    const ibv_wc& wc = res->wcs[i];
+    out[0] = static_cast<uint32_t>(wc.wr_id);
+    out[1] = static_cast<uint32_t>(wc.wr_id >> 32);
+    out[2] = wc.status;
+    out[3] = wc.opcode;
+    out[4] = wc.byte_len;
+    out[5] = (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : wc.invalidated_rkey;
+    out[6] = wc.qp_num;
+    out[7] = wc.src_qp;
+    out[8] = wc.wc_flags;
+    out[9] = wc.pkey_index;
+    out[10] = wc.slid;
+    out[11] = wc.sl;
+    out[12] = wc.dlid_path_bits;
+    out[13] = wc.vendor_err;
+  }
+  return n;
+}
+
+class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "CompletionQueue",
+                       {InstanceMethod("poll", &CompletionQueueWrap::Poll),
+                        InstanceMethod("setWaiting", &CompletionQueueWrap::SetWaiting),
+                        InstanceMethod("close", &CompletionQueueWrap::CloseMethod),
+                        InstanceAccessor("entries", &CompletionQueueWrap::Entries, nullptr)});
+  }
+
+  // new CompletionQueue(context, entries, output: Uint32Array, onCompletions(count), compVector)
+  explicit CompletionQueueWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<CompletionQueueWrap>(info) {
+    Napi::Env env = info.Env();
+    TagObject(env, info.This().As<Napi::Object>(), Kind::CompletionQueue);
+    auto context = ContextOf(env, info[0]);
+    uint32_t entries = ArgU32(info, 1, "entries");
+    if (info.Length() < 3 || !info[2].IsTypedArray() ||
+        info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+      ThrowCode(env, "ERR_INVALID_ARG_TYPE", "Expected a Uint32Array for output");
+    }
+    Napi::Uint32Array output = info[2].As<Napi::Uint32Array>();
+    Napi::Function callback = ArgFunction(info, 3, "onCompletions");
+    uint32_t comp_vector = ArgU32(info, 4, "compVector");
+    uint32_t capacity = static_cast<uint32_t>(output.ElementLength() / kCompletionWords);
+    if (capacity == 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "output holds no completion");
+
+    auto res = std::make_shared<CqResource>();
+    res->context = context;
+    res->channel = ibv_create_comp_channel(context->ctx);
+    if (!res->channel) ThrowErrno(env, errno ? errno : ENOMEM, "ibv_create_comp_channel");
+    res->cq = ibv_create_cq(context->ctx, static_cast<int>(entries), nullptr, res->channel,
+                            static_cast<int>(comp_vector));
+    if (!res->cq) {
+      int err = errno ? errno : EINVAL;
+      res->Close();
+      ThrowErrno(env, err, "ibv_create_cq");
+    }
+    int err = SetNonBlocking(res->channel->fd);
+    if (!err && ibv_req_notify_cq(res->cq, 0) != 0) err = errno ? errno : EIO;
+    if (err) {
+      res->Close();
+      ThrowErrno(env, err, "ibv_req_notify_cq");
+    }
+    res->output = Napi::Persistent(output.ArrayBuffer());
+    res->output_words = output.Data();
+    res->output_capacity = capacity;
+    res->wcs.resize(capacity);
+    res->on_completions = Napi::Persistent(callback);
+    CqResource* raw = res.get();
+    int rc = res->watcher.Start(env, res->channel->fd, [raw, env]() { OnChannelReadable(env, raw); });
+    if (rc) {
+      res->Close();
+      ThrowCode(env, "ERR_UV", uv_strerror(rc));
+    }
+    res->AdoptParent(context);
+    resource = res;
+  }
+
+  std::shared_ptr<CqResource> resource;
+
+ private:
+  // The channel fired: collect and ack its events, re-arm, then drain the CQ.
+  // Draining after re-arming means no completion can slip between the two.
+  static void OnChannelReadable(Napi::Env env, CqResource* res) {
+    unsigned events = 0;
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    while (res->channel && ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) events++;
+    if (!res->cq) return;
+    if (events) ibv_ack_cq_events(res->cq, events);
+    ibv_req_notify_cq(res->cq, 0);
+    Napi::HandleScope scope(env);
+    for (;;) {
+      if (res->closed() || !res->cq) return;
+      int n = PollInto(res);
+      if (n <= 0) {
+        if (n < 0) CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
+        return;
+      }
+      CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
+      if (static_cast<uint32_t>(n) < res->output_capacity) return;
+    }
+  }
+
+  // poll() -> count written to the output (busy polling and explicit drains).
+  Napi::Value Poll(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CqResource* res = Live(env, resource, "CompletionQueue");
+    int n = PollInto(res);
+    if (n < 0) ThrowErrno(env, -n, "ibv_poll_cq");
+    return Napi::Number::New(env, n);
+  }
+
+  // setWaiting(true) keeps the event loop alive while requests are pending.
+  Napi::Value SetWaiting(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CqResource* res = Live(env, resource, "CompletionQueue");
+    if (info.Length() > 0 && info[0].ToBoolean()) {
+      res->watcher.Ref();
+    } else {
+      res->watcher.Unref();
+    }
+    return env.Undefined();
+  }
+
+  Napi::Value Entries(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), Live(info.Env(), resource, "CompletionQueue")->cq->cqe);
+  }
+
+  Napi::Value CloseMethod(const Napi::CallbackInfo& info) {
+    if (resource) CloseOrThrow(info.Env(), resource.get(), "ibv_destroy_cq");
+    return info.Env().Undefined();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<CqResource> CqOf(Napi::Env env, Napi::Value value) {
+  auto* wrap = UnwrapKind<CompletionQueueWrap>(env, value, Kind::CompletionQueue, "CompletionQueue");
+  Live(env, wrap->resource, "CompletionQueue");
+  return wrap->resource;
+}
+
+void InitCompletionQueue(Napi::Env env, Napi::Object exports, AddonData* data) {
+  Napi::Function ctor = CompletionQueueWrap::Define(env);
+  data->completion_queue = Napi::Persistent(ctor);
+  exports.Set("CompletionQueue", ctor);
+}
+
+}  // namespace ibv

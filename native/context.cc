@@ -1,0 +1,289 @@
+// Device list and device context: open, query, ports, GID table, async events.
+#include <arpa/inet.h>
+#include <net/if.h>
+
+#include "addon.h"
+#include "resources.h"
+
+namespace ibv {
+
+int ContextResource::DestroyHandle() {
+  async_events.Stop();
+  on_async_event.Reset();
+  if (ctx && owned) {
+    if (ibv_close_device(ctx) != 0) return errno ? errno : EIO;
+  }
+  ctx = nullptr;
+  return 0;
+}
+
+void CloseOrThrow(Napi::Env env, Resource* resource, const char* syscall) {
+  int err = resource->Close();
+  if (err) ThrowErrno(env, err, syscall);
+}
+
+namespace {
+
+std::string GuidString(__be64 guid_be) {
+  uint64_t guid = be64toh(guid_be);
+  char text[20];
+  snprintf(text, sizeof text, "%04x:%04x:%04x:%04x", unsigned(guid >> 48) & 0xffff,
+           unsigned(guid >> 32) & 0xffff, unsigned(guid >> 16) & 0xffff, unsigned(guid) & 0xffff);
+  return text;
+}
+
+std::string GidString(const ibv_gid& gid) {
+  char text[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, gid.raw, text, sizeof text);
+  return text;
+}
+
+const char* GidTypeName(uint32_t type) {
+  switch (type) {
+    case IBV_GID_TYPE_IB: return "IB";
+    case IBV_GID_TYPE_ROCE_V1: return "RoCEv1";
+    case IBV_GID_TYPE_ROCE_V2: return "RoCEv2";
+    default: return "unknown";
+  }
+}
+
+Napi::Value ListDevices(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  if (!list) {
+    // No uverbs support in the kernel at all reads as "no devices".
+    if (errno == ENOSYS) return Napi::Array::New(env, 0);
+    ThrowErrno(env, errno, "ibv_get_device_list");
+  }
+  Napi::Array result = Napi::Array::New(env, count);
+  for (int i = 0; i < count; i++) {
+    Napi::Object entry = Napi::Object::New(env);
+    entry.Set("name", ibv_get_device_name(list[i]));
+    entry.Set("guid", GuidString(ibv_get_device_guid(list[i])));
+    entry.Set("nodeType", ibv_node_type_str(list[i]->node_type));
+    entry.Set("transport", list[i]->transport_type == IBV_TRANSPORT_IB ? "IB" : "other");
+    result.Set(i, entry);
+  }
+  ibv_free_device_list(list);
+  return result;
+}
+
+class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Context",
+                       {
+                           InstanceMethod("query", &ContextWrap::Query),
+                           InstanceMethod("queryPort", &ContextWrap::QueryPort),
+                           InstanceMethod("gids", &ContextWrap::Gids),
+                           InstanceMethod("watchAsyncEvents", &ContextWrap::WatchAsyncEvents),
+                           InstanceMethod("close", &ContextWrap::CloseMethod),
+                       });
+  }
+
+  // new Context(name) opens a device; new Context() makes an empty wrapper
+  // that WrapContext fills in.
+  explicit ContextWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ContextWrap>(info) {
+    Napi::Env env = info.Env();
+    TagObject(env, info.This().As<Napi::Object>(), Kind::Context);
+    if (info.Length() == 0 || info[0].IsUndefined()) return;
+    std::string name = ArgString(info, 0, "name");
+    int count = 0;
+    ibv_device** list = ibv_get_device_list(&count);
+    if (!list) ThrowErrno(env, errno, "ibv_get_device_list");
+    ibv_device* device = nullptr;
+    for (int i = 0; i < count; i++) {
+      if (name == ibv_get_device_name(list[i])) device = list[i];
+    }
+    if (!device) {
+      ibv_free_device_list(list);
+      ThrowErrno(env, ENODEV, "ibv_open_device");
+    }
+    ibv_context* ctx = ibv_open_device(device);
+    int err = errno;
+    ibv_free_device_list(list);
+    if (!ctx) ThrowErrno(env, err ? err : ENODEV, "ibv_open_device");
+    resource = std::make_shared<ContextResource>();
+    resource->ctx = ctx;
+    AddonData::Get(env)->AddRoot(resource);
+  }
+
+  std::shared_ptr<ContextResource> resource;
+
+ private:
+  ibv_context* Ctx(Napi::Env env) { return Live(env, resource, "Device")->ctx; }
+
+  Napi::Value Query(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ibv_device_attr attr{};
+    int rc = ibv_query_device(Ctx(env), &attr);
+    if (rc) ThrowErrno(env, rc, "ibv_query_device");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", ibv_get_device_name(Ctx(env)->device));
+    o.Set("firmwareVersion", attr.fw_ver);
+    o.Set("nodeGuid", GuidString(attr.node_guid));
+    o.Set("sysImageGuid", GuidString(attr.sys_image_guid));
+    o.Set("maxMrSize", BigU64(env, attr.max_mr_size));
+    o.Set("pageSizeCap", BigU64(env, attr.page_size_cap));
+    o.Set("vendorId", attr.vendor_id);
+    o.Set("vendorPartId", attr.vendor_part_id);
+    o.Set("hardwareVersion", attr.hw_ver);
+    o.Set("maxQp", attr.max_qp);
+    o.Set("maxQpWr", attr.max_qp_wr);
+    o.Set("deviceCapFlags", attr.device_cap_flags);
+    o.Set("maxSge", attr.max_sge);
+    o.Set("maxSgeRd", attr.max_sge_rd);
+    o.Set("maxCq", attr.max_cq);
+    o.Set("maxCqe", attr.max_cqe);
+    o.Set("maxMr", attr.max_mr);
+    o.Set("maxPd", attr.max_pd);
+    o.Set("maxQpRdAtom", attr.max_qp_rd_atom);
+    o.Set("maxQpInitRdAtom", attr.max_qp_init_rd_atom);
+    o.Set("atomicCap", attr.atomic_cap == IBV_ATOMIC_NONE  ? "none"
+                       : attr.atomic_cap == IBV_ATOMIC_HCA ? "hca"
+                                                           : "global");
+    o.Set("maxMw", attr.max_mw);
+    o.Set("maxAh", attr.max_ah);
+    o.Set("maxSrq", attr.max_srq);
+    o.Set("maxSrqWr", attr.max_srq_wr);
+    o.Set("maxSrqSge", attr.max_srq_sge);
+    o.Set("maxPkeys", attr.max_pkeys);
+    o.Set("localCaAckDelay", attr.local_ca_ack_delay);
+    o.Set("physPortCount", attr.phys_port_cnt);
+    return o;
+  }
+
+  Napi::Value QueryPort(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint32_t port = ArgU32(info, 0, "port");
+    ibv_port_attr attr{};
+    int rc = ibv_query_port(Ctx(env), static_cast<uint8_t>(port), &attr);
+    if (rc) ThrowErrno(env, rc, "ibv_query_port");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("port", port);
+    o.Set("state", ibv_port_state_str(attr.state));
+    o.Set("stateCode", static_cast<uint32_t>(attr.state));
+    o.Set("maxMtu", 128u << attr.max_mtu);
+    o.Set("activeMtu", 128u << attr.active_mtu);
+    o.Set("gidTableLength", attr.gid_tbl_len);
+    o.Set("portCapFlags", attr.port_cap_flags);
+    o.Set("maxMessageSize", attr.max_msg_sz);
+    o.Set("lid", attr.lid);
+    o.Set("smLid", attr.sm_lid);
+    o.Set("lmc", attr.lmc);
+    o.Set("linkLayer", attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet"
+                       : attr.link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand"
+                                                                      : "unspecified");
+    o.Set("activeWidth", attr.active_width);
+    o.Set("activeSpeed", attr.active_speed);
+    o.Set("physState", attr.phys_state);
+    return o;
+  }
+
+  Napi::Value Gids(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint32_t port = ArgU32(info, 0, "port");
+    ibv_context* ctx = Ctx(env);
+    ibv_port_attr attr{};
+    int rc = ibv_query_port(ctx, static_cast<uint8_t>(port), &attr);
+    if (rc) ThrowErrno(env, rc, "ibv_query_port");
+    Napi::Array result = Napi::Array::New(env);
+    uint32_t n = 0;
+    for (int index = 0; index < attr.gid_tbl_len; index++) {
+      ibv_gid_entry entry{};
+      rc = ibv_query_gid_ex(ctx, port, index, &entry, 0);
+      if (rc == ENODATA || rc == EINVAL) continue;  // empty slot
+      if (rc) ThrowErrno(env, rc, "ibv_query_gid_ex");
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("index", index);
+      o.Set("gid", GidString(entry.gid));
+      o.Set("type", GidTypeName(entry.gid_type));
+      char name[IF_NAMESIZE] = "";
+      if (entry.ndev_ifindex && if_indextoname(entry.ndev_ifindex, name)) {
+        o.Set("netdev", name);
+      } else {
+        o.Set("netdev", env.Null());
+      }
+      result.Set(n++, o);
+    }
+    return result;
+  }
+
+  // watchAsyncEvents(callback(type, detail)) delivers device async events;
+  // detail is the port number, QP number, or kernel handle of the object.
+  Napi::Value WatchAsyncEvents(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ibv_context* ctx = Ctx(env);
+    Napi::Function callback = ArgFunction(info, 0, "callback");
+    if (resource->async_events.active()) ThrowCode(env, "ERR_BUSY", "already watching async events");
+    int err = SetNonBlocking(ctx->async_fd);
+    if (err) ThrowErrno(env, err, "fcntl");
+    resource->on_async_event = Napi::Persistent(callback);
+    ContextResource* res = resource.get();
+    int rc = resource->async_events.Start(env, ctx->async_fd, [res, env]() {
+      for (;;) {
+        ibv_async_event event;
+        if (!res->ctx || ibv_get_async_event(res->ctx, &event) != 0) return;
+        uint32_t detail = 0;
+        switch (event.event_type) {
+          case IBV_EVENT_PORT_ACTIVE:
+          case IBV_EVENT_PORT_ERR:
+          case IBV_EVENT_LID_CHANGE:
+          case IBV_EVENT_PKEY_CHANGE:
+          case IBV_EVENT_GID_CHANGE:
+          case IBV_EVENT_SM_CHANGE:
+          case IBV_EVENT_CLIENT_REREGISTER:
+            detail = event.element.port_num;
+            break;
+          case IBV_EVENT_CQ_ERR:
+            detail = event.element.cq->handle;
+            break;
+          case IBV_EVENT_SRQ_ERR:
+          case IBV_EVENT_SRQ_LIMIT_REACHED:
+            detail = event.element.srq->handle;
+            break;
+          case IBV_EVENT_DEVICE_FATAL:
+            break;
+          default:
+            detail = event.element.qp ? event.element.qp->qp_num : 0;
+        }
+        std::string name = ibv_event_type_str(event.event_type);
+        ibv_ack_async_event(&event);
+        Napi::HandleScope scope(env);
+        CallFromLoop(env, res->on_async_event,
+                     {Napi::String::New(env, name), Napi::Number::New(env, detail)});
+      }
+    });
+    if (rc) ThrowCode(env, "ERR_UV", uv_strerror(rc));
+    return env.Undefined();
+  }
+
+  Napi::Value CloseMethod(const Napi::CallbackInfo& info) {
+    if (resource) CloseOrThrow(info.Env(), resource.get(), "ibv_close_device");
+    return info.Env().Undefined();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<ContextResource> ContextOf(Napi::Env env, Napi::Value value) {
+  auto* wrap = UnwrapKind<ContextWrap>(env, value, Kind::Context, "Context");
+  Live(env, wrap->resource, "Device");
+  return wrap->resource;
+}
+
+Napi::Object WrapContext(Napi::Env env, std::shared_ptr<ContextResource> resource) {
+  Napi::Object object = AddonData::Get(env)->context.New({});
+  Napi::ObjectWrap<ContextWrap>::Unwrap(object)->resource = std::move(resource);
+  return object;
+}
+
+void InitContext(Napi::Env env, Napi::Object exports, AddonData* data) {
+  Napi::Function ctor = ContextWrap::Define(env);
+  data->context = Napi::Persistent(ctor);
+  exports.Set("Context", ctor);
+  exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
+}
+
+}  // namespace ibv

@@ -1,0 +1,169 @@
+// Library-owned native buffers and memory regions (over native buffers or JS
+// ArrayBuffers / views, zero copy).
+#include <unistd.h>
+
+#include "addon.h"
+#include "resources.h"
+
+namespace ibv {
+
+int MrResource::DestroyHandle() {
+  if (mr && ibv_dereg_mr(mr) != 0) return errno ? errno : EBUSY;
+  mr = nullptr;
+  native_memory.reset();
+  js_memory.Reset();
+  return 0;
+}
+
+namespace {
+
+class NativeBufferWrap : public Napi::ObjectWrap<NativeBufferWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeBuffer",
+                       {InstanceMethod("view", &NativeBufferWrap::View),
+                        InstanceMethod("release", &NativeBufferWrap::Release),
+                        InstanceAccessor("address", &NativeBufferWrap::Address, nullptr),
+                        InstanceAccessor("size", &NativeBufferWrap::Size, nullptr)});
+  }
+
+  // new NativeBuffer(size): page-aligned, zero-filled memory.
+  explicit NativeBufferWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<NativeBufferWrap>(info) {
+    Napi::Env env = info.Env();
+    TagObject(env, info.This().As<Napi::Object>(), Kind::NativeBuffer);
+    double size = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+    if (!(size >= 1 && size <= 9007199254740991.0 && size == static_cast<double>(static_cast<size_t>(size)))) {
+      ThrowCode(env, "ERR_OUT_OF_RANGE", "Expected a size of at least 1 byte");
+    }
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* data = nullptr;
+    size_t rounded = (static_cast<size_t>(size) + page - 1) / page * page;
+    if (posix_memalign(&data, page, rounded) != 0) ThrowErrno(env, ENOMEM, "posix_memalign");
+    memset(data, 0, rounded);
+    memory = std::make_shared<BufferMemory>();
+    memory->data = data;
+    memory->size = static_cast<size_t>(size);
+  }
+
+  std::shared_ptr<BufferMemory> memory;
+
+ private:
+  BufferMemory* Memory(Napi::Env env) {
+    if (!memory) ThrowCode(env, "ERR_CLOSED", "NativeBuffer is released");
+    return memory.get();
+  }
+
+  // An ArrayBuffer over the memory. The memory lives as long as any view.
+  Napi::Value View(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    BufferMemory* mem = Memory(env);
+    auto* keep = new std::shared_ptr<BufferMemory>(memory);
+    return Napi::ArrayBuffer::New(
+        env, mem->data, mem->size,
+        [](Napi::Env, void*, std::shared_ptr<BufferMemory>* hold) { delete hold; }, keep);
+  }
+
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    memory.reset();
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Address(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(),
+                             static_cast<double>(reinterpret_cast<uintptr_t>(Memory(info.Env())->data)));
+  }
+
+  Napi::Value Size(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(Memory(info.Env())->size));
+  }
+};
+
+class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "MemoryRegion",
+                       {InstanceMethod("close", &MemoryRegionWrap::CloseMethod),
+                        InstanceMethod("info", &MemoryRegionWrap::Info),
+                        InstanceMethod("isDetached", &MemoryRegionWrap::IsDetached)});
+  }
+
+  // new MemoryRegion(pd, nativeBuffer | ArrayBuffer | view, access)
+  explicit MemoryRegionWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<MemoryRegionWrap>(info) {
+    Napi::Env env = info.Env();
+    TagObject(env, info.This().As<Napi::Object>(), Kind::MemoryRegion);
+    auto pd = PdOf(env, info[0]);
+    uint32_t access = ArgU32(info, 2, "access");
+    auto res = std::make_shared<MrResource>();
+    uint8_t* data = nullptr;
+    size_t length = 0;
+    if (HasTag(env, info[1], Kind::NativeBuffer)) {
+      auto* buffer = Napi::ObjectWrap<NativeBufferWrap>::Unwrap(info[1].As<Napi::Object>());
+      if (!buffer->memory) ThrowCode(env, "ERR_CLOSED", "NativeBuffer is released");
+      res->native_memory = buffer->memory;
+      data = static_cast<uint8_t*>(buffer->memory->data);
+      length = buffer->memory->size;
+    } else {
+      Napi::ArrayBuffer backing;
+      ArgBytes(info, 1, "buffer", &data, &length, &backing);
+      bool detached = false;
+      napi_is_detached_arraybuffer(env, backing, &detached);
+      if (detached) ThrowCode(env, "ERR_DETACHED", "Cannot register a detached ArrayBuffer");
+      res->js_memory = Napi::Persistent(backing);
+    }
+    if (length == 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "Cannot register zero bytes");
+    ibv_mr* mr = ibv_reg_mr(pd->pd, data, length, static_cast<int>(access));
+    if (!mr) ThrowErrno(env, errno ? errno : EINVAL, "ibv_reg_mr");
+    res->mr = mr;
+    res->pd = pd;
+    res->AdoptParent(pd);
+    resource = res;
+  }
+
+  std::shared_ptr<MrResource> resource;
+
+ private:
+  Napi::Value Info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ibv_mr* mr = Live(env, resource, "MemoryRegion")->mr;
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("address", static_cast<double>(reinterpret_cast<uintptr_t>(mr->addr)));
+    o.Set("length", static_cast<double>(mr->length));
+    o.Set("lkey", mr->lkey);
+    o.Set("rkey", mr->rkey);
+    return o;
+  }
+
+  Napi::Value IsDetached(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    MrResource* res = Live(env, resource, "MemoryRegion");
+    bool detached = false;
+    if (!res->js_memory.IsEmpty()) napi_is_detached_arraybuffer(env, res->js_memory.Value(), &detached);
+    return Napi::Boolean::New(env, detached);
+  }
+
+  Napi::Value CloseMethod(const Napi::CallbackInfo& info) {
+    if (resource) CloseOrThrow(info.Env(), resource.get(), "ibv_dereg_mr");
+    return info.Env().Undefined();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<MrResource> MrOf(Napi::Env env, Napi::Value value) {
+  auto* wrap = UnwrapKind<MemoryRegionWrap>(env, value, Kind::MemoryRegion, "MemoryRegion");
+  Live(env, wrap->resource, "MemoryRegion");
+  return wrap->resource;
+}
+
+void InitMemory(Napi::Env env, Napi::Object exports, AddonData* data) {
+  Napi::Function buffer = NativeBufferWrap::Define(env);
+  data->native_buffer = Napi::Persistent(buffer);
+  exports.Set("NativeBuffer", buffer);
+  Napi::Function region = MemoryRegionWrap::Define(env);
+  data->memory_region = Napi::Persistent(region);
+  exports.Set("MemoryRegion", region);
+}
+
+}  // namespace ibv

@@ -1,0 +1,126 @@
+// The C handles behind each wrapped class, as reference-counted resources.
+// A child resource holds shared_ptrs to its parents (see Resource in common.h).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <napi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#include "fd_watcher.h"
+
+namespace ibv {
+
+struct ContextResource : Resource {
+  ibv_context* ctx = nullptr;
+  bool owned = true;  // false for contexts opened by librdmacm
+  FdWatcher async_events;
+  Napi::FunctionReference on_async_event;
+  ~ContextResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct PdResource : Resource {
+  ibv_pd* pd = nullptr;
+  std::shared_ptr<ContextResource> context;
+  ~PdResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+// Page-aligned memory owned by the library. Shared by the NativeBuffer
+// wrapper, the ArrayBuffer views handed to JS, and memory regions over it: it
+// is freed when the last of them is gone.
+struct BufferMemory {
+  void* data = nullptr;
+  size_t size = 0;
+  ~BufferMemory() { free(data); }
+};
+
+struct MrResource : Resource {
+  ibv_mr* mr = nullptr;
+  std::shared_ptr<PdResource> pd;
+  std::shared_ptr<BufferMemory> native_memory;  // or:
+  Napi::Reference<Napi::ArrayBuffer> js_memory;  // keeps a JS buffer alive while registered
+  ~MrResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct CqResource : Resource {
+  ibv_cq* cq = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  std::shared_ptr<ContextResource> context;
+  FdWatcher watcher;
+  Napi::FunctionReference on_completions;
+  Napi::Reference<Napi::ArrayBuffer> output;  // completions are written here
+  uint32_t* output_words = nullptr;
+  uint32_t output_capacity = 0;  // completions that fit
+  std::vector<ibv_wc> wcs;
+  ~CqResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct SrqResource : Resource {
+  ibv_srq* srq = nullptr;
+  std::shared_ptr<PdResource> pd;
+  ~SrqResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct QpResource : Resource {
+  ibv_qp* qp = nullptr;
+  ~QpResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct AhResource : Resource {
+  ibv_ah* ah = nullptr;
+  ~AhResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+struct MwResource : Resource {
+  ibv_mw* mw = nullptr;
+  ~MwResource() override { Close(); }
+  int DestroyHandle() override;
+};
+
+// Words per completion in a CQ's output buffer (see lib/native-types.ts).
+constexpr uint32_t kCompletionWords = 16;
+
+// Wrapper accessors used across files.
+// Each throws ERR_INVALID_ARG_TYPE for another kind of value and ERR_CLOSED
+// for a closed object.
+std::shared_ptr<ContextResource> ContextOf(Napi::Env env, Napi::Value value);
+std::shared_ptr<PdResource> PdOf(Napi::Env env, Napi::Value value);
+std::shared_ptr<CqResource> CqOf(Napi::Env env, Napi::Value value);
+std::shared_ptr<SrqResource> SrqOf(Napi::Env env, Napi::Value value);
+std::shared_ptr<MrResource> MrOf(Napi::Env env, Napi::Value value);
+std::shared_ptr<MwResource> MwOf(Napi::Env env, Napi::Value value);
+// The address handle registered under an id (UD work requests carry ids).
+ibv_ah* AddressHandleById(Napi::Env env, uint32_t id);
+// Fills an ibv_ah_attr from {dlid, sl, srcPathBits, staticRate, portNum,
+// grh?: {dgid: string, flowLabel, sgidIndex, hopLimit, trafficClass}}.
+void FillAhAttr(Napi::Env env, Napi::Object source, ibv_ah_attr* attr);
+
+// Builds a wrapper of the given class for an existing resource (used when a
+// resource is created by another object, e.g. an rdma_cm id's QP).
+Napi::Object WrapContext(Napi::Env env, std::shared_ptr<ContextResource> resource);
+Napi::Object WrapPd(Napi::Env env, std::shared_ptr<PdResource> resource);
+Napi::Object WrapQp(Napi::Env env, std::shared_ptr<QpResource> resource);
+
+// Closes a resource from a JS close() call; throws if the handle could not be
+// destroyed (e.g. EBUSY).
+void CloseOrThrow(Napi::Env env, Resource* resource, const char* syscall);
+
+// Generic wrapper: a JS object that owns one shared_ptr to a resource.
+template <typename Self, typename R>
+class Wrapper : public Napi::ObjectWrap<Self> {
+ public:
+  explicit Wrapper(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Self>(info) {}
+  std::shared_ptr<R> resource;
+};
+
+}  // namespace ibv

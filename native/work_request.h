@@ -1,0 +1,39 @@
+// Decoding of work requests that JS encodes into a Uint32Array: one native
+// call posts a whole batch with one doorbell. Layout (words; 64-bit values as
+// lo, hi) must match lib/work-request-encoding.ts.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <napi.h>
+
+#include <vector>
+
+namespace ibv {
+
+constexpr uint32_t kSendHeaderWords = 16;  // see EncodeSend in the TS layer
+constexpr uint32_t kRecvHeaderWords = 4;
+constexpr uint32_t kSgeWords = 4;  // addr lo, addr hi, length, lkey
+constexpr uint32_t kMaxSgePerWr = 64;
+
+// Reusable arrays for decoding, one set per addon instance.
+struct WorkRequestScratch {
+  std::vector<ibv_send_wr> send;
+  std::vector<ibv_recv_wr> recv;
+  std::vector<ibv_sge> sges;
+};
+
+// Decode `count` send WRs from words[0..length) into scratch, linked.
+// Throws ERR_INVALID_ARG_VALUE on a malformed buffer.
+ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
+                             WorkRequestScratch* scratch);
+ibv_recv_wr* DecodeRecvBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
+                             WorkRequestScratch* scratch);
+
+// Reads (words, length) of a Uint32Array argument.
+void Uint32Words(Napi::Env env, Napi::Value value, const uint32_t** words, size_t* length);
+
+// Throws the error of a failed ibv_post_send/recv, with `posted`: how many
+// of the batch reached the queue before the failing one.
+[[noreturn]] void ThrowPostError(Napi::Env env, int err, const char* syscall, uint32_t posted);
+
+}  // namespace ibv
