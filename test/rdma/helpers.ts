@@ -1,0 +1,52 @@
+// Shared setup for the RDMA suites. They need a real device: when none is
+// there they fail (loudly), they never skip. scripts/test.mjs provides one.
+import { Access, openDevice, type CompletionQueue, type Device, type MemoryRegion, type ProtectionDomain, type QueuePair, type QueuePairOptions } from '../../dist/index.js'
+
+export const ALL_ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
+
+export function testDevice(): Device {
+  try {
+    return openDevice(process.env.SOFTROCE_DEVICE || undefined)
+  } catch (error) {
+    throw new Error(`The RDMA suites need an RDMA device; run them with 'npm test' (it provides Soft-RoCE). ${(error as Error).message}`)
+  }
+}
+
+export interface Side { pd: ProtectionDomain; cq: CompletionQueue; qp: QueuePair; region: MemoryRegion }
+
+/** Two RC (or UC) queue pairs on one device, connected to each other, each with a registered region. */
+export async function connectedPair(device: Device, options: {
+  size?: number; access?: number; qp?: Partial<QueuePairOptions>; connect?: Record<string, number>; pollMode?: 'event' | 'busy'
+} = {}): Promise<{ a: Side; b: Side; close: () => void }> {
+  const make = (): Side => {
+    const pd = device.allocPd()
+    const cq = device.createCq({ entries: 1024, pollMode: options.pollMode ?? 'event' })
+    const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 256, maxRecvWr: 256, ...options.qp })
+    const region = pd.allocRegion(options.size ?? 1 << 20, options.access ?? ALL_ACCESS)
+    return { pd, cq, qp, region }
+  }
+  const a = make()
+  const b = make()
+  await a.qp.connect(b.qp.endpoint(), options.connect)
+  await b.qp.connect(a.qp.endpoint(), options.connect)
+  return { a, b, close: () => { for (const s of [a, b]) { s.qp.close(); s.cq.close(); s.pd.close() } } }
+}
+
+/** Deterministic bytes that differ per position and seed. */
+export function pattern(length: number, seed: number): Uint8Array {
+  const out = new Uint8Array(length)
+  let x = (seed * 2654435761) >>> 0
+  for (let i = 0; i < length; i++) {
+    x = (x * 1103515245 + 12345) >>> 0
+    out[i] = x >>> 24
+  }
+  return out
+}
+
+export function u64(region: MemoryRegion, offset: number): bigint {
+  return new DataView(region.bytes.buffer, region.bytes.byteOffset).getBigUint64(offset, true)
+}
+
+export function setU64(region: MemoryRegion, offset: number, value: bigint): void {
+  new DataView(region.bytes.buffer, region.bytes.byteOffset).setBigUint64(offset, value, true)
+}

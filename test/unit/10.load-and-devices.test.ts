@@ -1,0 +1,117 @@
+// Layer 1: the addon loads, and device discovery fails helpfully on a machine
+// without RDMA devices. Uses the compiled package (dist/) like a consumer does.
+import { describe, expect, it } from 'vitest'
+import { spawnSync } from 'node:child_process'
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import * as api from '../../dist/index.js'
+import { native } from '../../dist/native.js'
+
+const { listDevices, openDevice, RdmaError } = api
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+const noDevices = listDevices().length === 0
+
+describe('the addon', () => {
+  it('loads and exposes its classes and layout constants', () => {
+    for (const name of ['Context', 'ProtectionDomain', 'NativeBuffer', 'MemoryRegion', 'CompletionQueue',
+      'QueuePair', 'SharedReceiveQueue', 'AddressHandle', 'MemoryWindow', 'listDevices'] as const) {
+      expect(typeof native[name], name).toBe('function')
+    }
+    // The TS encoder/decoder rely on these matching native/work_request.h and resources.h.
+    expect(native.completionWords).toBe(16)
+    expect(native.sendHeaderWords).toBe(16)
+    expect(native.recvHeaderWords).toBe(4)
+  })
+
+  it('exports the documented public API', () => {
+    expect(Object.keys(api).sort()).toEqual([
+      'Access', 'AddressHandle', 'CompletionQueue', 'Device', 'LocalSlice', 'MemoryRegion', 'MemoryWindow',
+      'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair', 'RdmaError', 'RemoteRegion', 'RemoteSlice',
+      'SharedReceiveQueue', 'listDevices', 'openDevice', 'remoteRegion', 'wcStatusNames',
+    ])
+  })
+
+  it('reports a failed load with code ERR_ADDON_LOAD and install hints', () => {
+    // A copy of dist/native.js in a package without build/ or prebuilds/:
+    // node-gyp-build finds no binary, and load() must explain what to do.
+    const dir = mkdtempSync(join(tmpdir(), 'ibverbs-noaddon-'))
+    try {
+      mkdirSync(join(dir, 'dist'))
+      cpSync(join(root, 'dist', 'native.js'), join(dir, 'dist', 'native.js'))
+      writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'x', type: 'module' }))
+      symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'))
+      const script = `import('./dist/native.js').then(() => console.log('LOADED'), (e) => console.log(JSON.stringify({ code: e.code, message: e.message, cause: !!e.cause })))`
+      const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: dir, encoding: 'utf8' })
+      const out = child.stdout.trim()
+      expect(out).not.toBe('LOADED')
+      const result = JSON.parse(out)
+      expect(result.code).toBe('ERR_ADDON_LOAD')
+      expect(result.cause).toBe(true)
+      expect(result.message).toMatch(/^node-ibverbs: could not load the native addon \(/)
+      expect(result.message).toContain('apt-get install libibverbs1 librdmacm1 ibverbs-providers')
+      expect(result.message).toContain('npm rebuild node-ibverbs')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('listDevices()', () => {
+  it('returns an array of {name, guid, nodeType, transport}', () => {
+    const devices = listDevices()
+    expect(Array.isArray(devices)).toBe(true)
+    for (const d of devices) {
+      expect(typeof d.name).toBe('string')
+      expect(d.guid).toMatch(/^[0-9a-f]{4}(:[0-9a-f]{4}){3}$/)
+    }
+  })
+
+  it.runIf(noDevices)('is empty on this host (no RDMA device in the kernel)', () => {
+    expect(listDevices()).toEqual([])
+  })
+})
+
+describe('openDevice()', () => {
+  function catchError(fn: () => unknown): any {
+    try {
+      fn()
+    } catch (error) {
+      return error
+    }
+    throw new Error('expected a throw')
+  }
+
+  it('rejects a non-string name with ERR_INVALID_ARG_TYPE', () => {
+    const error = catchError(() => openDevice(42 as unknown as string))
+    expect(error).toBeInstanceOf(TypeError)
+    expect(error.code).toBe('ERR_INVALID_ARG_TYPE')
+    expect(error.message).toBe('Expected a device name for name but received 42')
+  })
+
+  it('throws ENODEV naming what exists for an unknown device', () => {
+    const error = catchError(() => openDevice('no-such-device-0'))
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(error.name).toBe('RdmaError')
+    expect(error.code).toBe('ENODEV')
+    expect(error.message).toMatch(/^No RDMA device named 'no-such-device-0'; /)
+    expect(error.devices).toEqual(listDevices().map((d) => d.name))
+  })
+
+  it.runIf(noDevices)("openDevice('rxe0') says there are no devices", () => {
+    const error = catchError(() => openDevice('rxe0'))
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(error.code).toBe('ENODEV')
+    expect(error.message).toBe("No RDMA device named 'rxe0'; no RDMA devices on this machine (see the README: Soft-RoCE)")
+    expect(error.devices).toEqual([])
+  })
+
+  it.runIf(noDevices)('openDevice() without a name says there are no devices', () => {
+    const error = catchError(() => openDevice())
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(error.code).toBe('ENODEV')
+    expect(error.message).toBe('No RDMA device with an ACTIVE port; no RDMA devices on this machine (see the README: Soft-RoCE)')
+    expect(error.devices).toEqual([])
+  })
+})
