@@ -36,7 +36,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly pollMode: 'event' | 'busy'
   readonly #words: Uint32Array
   readonly #spinMs: number
-  readonly #owners = new Map<number, CompletionOwner>()
+  readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
   #pending = 0
   #spinScheduled = false
 
@@ -62,7 +62,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
   get pending(): number { return this.#pending }
 
   /** @internal */
-  addOwner(qpn: number, owner: CompletionOwner): void { this.#owners.set(qpn, owner) }
+  addOwner(qpn: number, owner: CompletionOwner): void { this.#owners.set(qpn, new WeakRef(owner)) }
   /** @internal */
   removeOwner(qpn: number): void { this.#owners.delete(qpn) }
 
@@ -134,7 +134,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
         dlidPathBits: w[o + 12]!,
         vendorError: w[o + 13]!,
       }
-      const pending = findPending(entry.wrId) ?? this.#owners.get(entry.qpn)?.findContaining(entry.wrId)
+      const pending = findPending(entry.wrId) ?? this.#owners.get(entry.qpn)?.deref()?.findContaining(entry.wrId)
       pending?.complete(entry)
     }
   }

@@ -203,9 +203,8 @@ export class QueuePair extends Resource implements PendingOwner {
     this.psn = Math.floor(Math.random() * 0xffffff)
     this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
     this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
-    const owner = { findContaining: (wrId: number) => this.#findContaining(wrId) }
-    this.sendCq.addOwner(this.qpn, owner)
-    this.recvCq.addOwner(this.qpn, owner)
+    this.sendCq.addOwner(this.qpn, this)
+    this.recvCq.addOwner(this.qpn, this)
     pd.device.trackQp(this)
     this.srq?.attach(this)
     this.adoptedBy(pd, this.sendCq, this.recvCq, ...(this.srq ? [this.srq] : []))
@@ -340,12 +339,12 @@ export class QueuePair extends Resource implements PendingOwner {
 
   /** Atomic compare-and-swap on 8 remote bytes; resolves with the value before the operation. */
   compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = {}): Promise<bigint> {
-    return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, uint64(compare, 'compare'), uint64(swap, 'swap'), options)
+    return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, () => [uint64(compare, 'compare'), uint64(swap, 'swap')], options)
   }
 
   /** Atomic fetch-and-add on 8 remote bytes; resolves with the value before the addition. */
   fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = {}): Promise<bigint> {
-    return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, uint64(add, 'add'), 0n, options)
+    return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, () => [uint64(add, 'add'), 0n], options)
   }
 
   /**
@@ -417,9 +416,10 @@ export class QueuePair extends Resource implements PendingOwner {
     })
   }
 
-  #atomic(verb: string, opcode: number, remote: RemoteSlice, compareAdd: bigint, swap: bigint, options: AtomicOptions): Promise<bigint> {
+  #atomic(verb: string, opcode: number, remote: RemoteSlice, operands: () => [bigint, bigint], options: AtomicOptions): Promise<bigint> {
     return new Promise((resolve, reject) => {
       try {
+        const [compareAdd, swap] = operands()
         if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice', 'remote', remote)
         if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
         const o = optionalObject(options, 'options')
@@ -563,7 +563,8 @@ export class QueuePair extends Resource implements PendingOwner {
     } as never)
   }
 
-  #findContaining(wrId: number): Pending | undefined {
+  /** @internal The request a failed unsignaled work request belongs to. */
+  findContaining(wrId: number): Pending | undefined {
     for (const pending of this.#outstanding) if (pending.contains(wrId)) return pending
     return undefined
   }

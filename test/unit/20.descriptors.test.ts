@@ -79,7 +79,7 @@ describe('remoteRegion()', () => {
     [{ ...descriptor, length: undefined }, TypeError, 'ERR_INVALID_ARG_TYPE', 'Expected an integer for descriptor.length but received undefined'],
     [{ ...descriptor, length: -1 }, RangeError, 'ERR_OUT_OF_RANGE', /descriptor\.length/],
     [{ ...descriptor, length: 2 ** 53 }, RangeError, 'ERR_OUT_OF_RANGE', /descriptor\.length/],
-  ])('rejects %j', (input, type, code, message) => {
+  ])('rejects %o', (input, type, code, message) => {
     const error = thrown(() => remoteRegion(input))
     expect(error).toBeInstanceOf(type)
     expect(error.code).toBe(code)
@@ -148,7 +148,7 @@ describe('RemoteRegion.slice()', () => {
     [['8'], TypeError, 'ERR_INVALID_ARG_TYPE', "Expected an integer for offset but received '8'"],
     [[0, 8n], TypeError, 'ERR_INVALID_ARG_TYPE', 'Expected an integer for length but received 8n'],
     [[0, null], TypeError, 'ERR_INVALID_ARG_TYPE', 'Expected an integer for length but received null'],
-  ])('rejects slice(%j)', (args, type, code, message) => {
+  ])('rejects slice(%o)', (args, type, code, message) => {
     const error = thrown(() => (region.slice as (...a: unknown[]) => unknown)(...args))
     expect(error).toBeInstanceOf(type)
     expect(error.code).toBe(code)
