@@ -37,8 +37,11 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly #words: Uint32Array
   readonly #spinMs: number
   readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
+  readonly #capacity: number
+  readonly #onCompletions = (n: number): void => this.#dispatch(n) // held here: the addon holds it weakly
   #pending = 0
   #spinScheduled = false
+  #drainScheduled = false
 
   /** @internal use device.createCq() */
   constructor(device: Device, options: CompletionQueueOptions = {}) {
@@ -51,7 +54,8 @@ export class CompletionQueue extends Resource implements PendingCounter {
     const batch = integer(o.pollBatch ?? 64, 'options.pollBatch', 1, 4096)
     this.device = device
     this.#words = new Uint32Array(batch * WORDS)
-    this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#words, (n) => this.#dispatch(n), compVector))
+    this.#capacity = batch
+    this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#words, this.#onCompletions, compVector))
     this.adoptedBy(device)
   }
 
@@ -87,7 +91,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
       const n = call(() => this.handle.poll())
       if (n > 0) this.#dispatch(n)
       total += n
-      if (n < this.#words.length / WORDS) return total
+      if (n < this.#capacity) return total
     }
   }
 
@@ -110,6 +114,15 @@ export class CompletionQueue extends Resource implements PendingCounter {
       if (performance.now() >= deadline) break
     }
     if (this.#pending > 0) this.#scheduleSpin()
+  }
+
+  // A full batch means more may be waiting: drain them on a later turn of the
+  // loop (the channel only fires for completions that arrive after re-arming).
+  readonly #drain = (): void => {
+    this.#drainScheduled = false
+    if (this.closed) return
+    const n = this.handle.poll()
+    if (n !== 0) this.#dispatch(n)
   }
 
   #dispatch(count: number): void {
@@ -136,6 +149,10 @@ export class CompletionQueue extends Resource implements PendingCounter {
       }
       const pending = findPending(entry.wrId) ?? this.#owners.get(entry.qpn)?.deref()?.findContaining(entry.wrId)
       pending?.complete(entry)
+    }
+    if (count === this.#capacity && !this.#drainScheduled && !this.closed) {
+      this.#drainScheduled = true
+      setImmediate(this.#drain)
     }
   }
 

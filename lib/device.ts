@@ -87,8 +87,12 @@ export function openDevice(name?: string): Device {
   }
   for (const candidate of names) {
     const device = new Device(candidate)
-    const ports = device.query().physPortCount
-    for (let port = 1; port <= ports; port++) if (device.queryPort(port).state === 'ACTIVE') return device
+    try {
+      const ports = device.query().physPortCount
+      for (let port = 1; port <= ports; port++) if (device.queryPort(port).state === 'ACTIVE') return device
+    } catch {
+      // not usable: try the next one
+    }
     device.close()
   }
   throw Object.assign(new RdmaError(`No RDMA device with an ACTIVE port; ${available}`, { code: 'ENODEV' }), { devices: names })
@@ -102,13 +106,14 @@ export class Device extends Resource {
   readonly #qps = new Map<number, WeakRef<QueuePair>>()
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
   #attributes: DeviceAttributes | undefined
+  readonly #onAsync = (type: string, detail: number): void => this.#onAsyncEvent(type, detail) // the addon holds it weakly
 
   /** @internal use openDevice() */
   constructor(name: string) {
     super()
     this.name = name
     this.handle = call(() => new native.Context(name))
-    call(() => this.handle.watchAsyncEvents((type, detail) => this.#onAsyncEvent(type, detail)))
+    call(() => this.handle.watchAsyncEvents(this.#onAsync))
   }
 
   /** Device attributes (ibv_query_device). */

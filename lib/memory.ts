@@ -29,6 +29,7 @@ export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView
 
 export class MemoryRegion extends Resource {
   protected readonly kind = 'MemoryRegion'
+  protected override readonly closeLast = true
   /** @internal */ readonly handle: NativeMemoryRegion
   readonly pd: ProtectionDomain
   readonly access: number
@@ -53,6 +54,9 @@ export class MemoryRegion extends Resource {
       this.#memory = memory
       this.bytes = memory.bytes
     } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory)) {
+      if (isDetached(memory instanceof ArrayBuffer ? memory : memory.buffer)) {
+        throw new RdmaError('Cannot register a detached ArrayBuffer', { code: 'ERR_DETACHED' })
+      }
       if (memory instanceof ArrayBuffer) {
         this.#jsBacking = memory
         this.bytes = new Uint8Array(memory)
@@ -118,6 +122,16 @@ export class MemoryRegion extends Resource {
   }
 }
 
+function isDetached(buffer: ArrayBufferLike): boolean {
+  if (buffer.byteLength !== 0) return false
+  try {
+    new Uint8Array(buffer)
+    return false
+  } catch {
+    return true
+  }
+}
+
 /** A bounds-checked part of a local memory region. */
 export class LocalSlice {
   constructor(readonly region: MemoryRegion, readonly offset: number, readonly length: number) {}
@@ -168,5 +182,7 @@ export function remoteRegion(descriptor: unknown): RemoteRegion {
   if (typeof d.addr !== 'string' || !/^0x[0-9a-f]{1,16}$/i.test(d.addr)) throw typeError('a hex address string', 'descriptor.addr', d.addr)
   const rkey = integer(d.rkey, 'descriptor.rkey', 0, 0xffffffff)
   const length = integer(d.length, 'descriptor.length', 0, Number.MAX_SAFE_INTEGER)
-  return new RemoteRegion(BigInt(d.addr), rkey, length)
+  const addr = BigInt(d.addr)
+  if (addr + BigInt(length) > 1n << 64n) throw rangeError('a region that ends below 2^64', 'descriptor.length', length)
+  return new RemoteRegion(addr, rkey, length)
 }

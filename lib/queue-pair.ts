@@ -62,7 +62,6 @@ export interface ConnectOptions {
   timeout?: number
   retryCount?: number
   rnrRetry?: number
-  qkey?: number
 }
 
 export interface OpOptions extends WaitOptions {
@@ -317,18 +316,22 @@ export class QueuePair extends Resource implements PendingOwner {
 
   /** SEND (SEND_WITH_IMM / SEND_WITH_INV with options); an empty array sends a zero-length message. */
   send(local: LocalSlice | readonly LocalSlice[], options: SendOptions = {}): Promise<void> {
-    const o = optionalObject(options, 'options')
-    const op: BatchOperation & { invalidateRkey?: number } = { op: 'send', local, ...pick(options, 'immediate', 'inline', 'dest') }
-    if (o.invalidateRkey !== undefined) op.invalidateRkey = integer(o.invalidateRkey, 'options.invalidateRkey', 0, 0xffffffff)
-    return this.postBatch([op], options)
+    try {
+      const o = optionalObject(options, 'options')
+      const op: BatchOperation & { invalidateRkey?: number } = { op: 'send', local, ...pick(options, 'immediate', 'inline', 'dest') }
+      if (o.invalidateRkey !== undefined) op.invalidateRkey = integer(o.invalidateRkey, 'options.invalidateRkey', 0, 0xffffffff)
+      return this.postBatch([op], options)
+    } catch (error) {
+      return Promise.reject(error)
+    }
   }
 
   /** Posts a receive buffer; resolves when a message lands in it. */
   recv(local: LocalSlice | readonly LocalSlice[], options: WaitOptions = {}): Promise<ReceiveCompletion> {
-    const wait = waitOptions(options)
-    if (this.srq) return Promise.reject(new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' }))
     return new Promise((resolve, reject) => {
       try {
+        const wait = waitOptions(options)
+        if (this.srq) throw new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' })
         const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge)
         this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first) => encoder.addRecv(first, sges))
       } catch (error) {

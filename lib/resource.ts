@@ -10,6 +10,9 @@ export abstract class Resource {
   readonly #self = new WeakRef<Resource>(this)
   readonly #parents: Resource[] = []
 
+  /** Closed after their siblings (memory regions: queue pairs may still name them). */
+  protected readonly closeLast: boolean = false
+
   /** Name used in error messages, e.g. 'QueuePair'. */
   protected abstract readonly kind: string
 
@@ -36,8 +39,10 @@ export abstract class Resource {
   /** Closes the children, then this object. Idempotent. */
   close(): void {
     if (this.#closed) return
-    // Newest first: queue pairs go before the regions their requests name.
-    for (const ref of [...this.#children].reverse()) ref.deref()?.close()
+    // Newest first, regions last: queue pairs release the regions their requests name.
+    const children = [...this.#children].reverse().map((ref) => ref.deref()).filter((c) => c !== undefined)
+    for (const child of children) if (!child.closeLast) child.close()
+    for (const child of children) if (child.closeLast) child.close()
     this.#children.clear()
     this.onClose()
     this.closeHandle()

@@ -126,7 +126,7 @@ bool HasTag(Napi::Env env, Napi::Value value, Kind kind) {
 namespace ibv {
 void CallFromLoop(Napi::Env env, Napi::FunctionReference& callback,
                   const std::initializer_list<napi_value>& args) {
-  if (callback.IsEmpty()) return;
+  if (callback.IsEmpty() || callback.Value().IsEmpty()) return;  // weak and collected
   try {
     callback.MakeCallback(env.Global(), args);
   } catch (const Napi::Error& error) {

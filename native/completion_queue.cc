@@ -94,7 +94,9 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     res->output_words = output.Data();
     res->output_capacity = capacity;
     res->wcs.resize(capacity);
-    res->on_completions = Napi::Persistent(callback);
+    // Weak: the JS CompletionQueue holds the callback, so an unreferenced CQ
+    // can be collected (a strong reference here would keep it alive forever).
+    res->on_completions = Napi::Weak(callback);
     CqResource* raw = res.get();
     int rc = res->watcher.Start(env, res->channel->fd, [raw, env]() { OnChannelReadable(env, raw); });
     if (rc) {
@@ -108,8 +110,10 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
   std::shared_ptr<CqResource> resource;
 
  private:
-  // The channel fired: collect and ack its events, re-arm, then drain the CQ.
-  // Draining after re-arming means no completion can slip between the two.
+  // The channel fired: collect and ack its events, re-arm, then poll one
+  // batch. Polling after re-arming means no completion can slip between the
+  // two. If the batch was full, JS drains the rest from setImmediate, so a
+  // busy CQ never starves timers and I/O.
   static void OnChannelReadable(Napi::Env env, CqResource* res) {
     unsigned events = 0;
     ibv_cq* cq = nullptr;
@@ -119,16 +123,8 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     if (events) ibv_ack_cq_events(res->cq, events);
     ibv_req_notify_cq(res->cq, 0);
     Napi::HandleScope scope(env);
-    for (;;) {
-      if (res->closed() || !res->cq) return;
-      int n = PollInto(res);
-      if (n <= 0) {
-        if (n < 0) CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
-        return;
-      }
-      CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
-      if (static_cast<uint32_t>(n) < res->output_capacity) return;
-    }
+    int n = PollInto(res);
+    if (n != 0) CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
   }
 
   // poll() -> count written to the output (busy polling and explicit drains).

@@ -91,7 +91,7 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     std::string name = ArgString(info, 0, "name");
     int count = 0;
     ibv_device** list = ibv_get_device_list(&count);
-    if (!list) ThrowErrno(env, errno, "ibv_get_device_list");
+    if (!list) ThrowErrno(env, errno == ENOSYS ? ENODEV : errno, "ibv_get_device_list");
     ibv_device* device = nullptr;
     for (int i = 0; i < count; i++) {
       if (name == ibv_get_device_name(list[i])) device = list[i];
@@ -219,7 +219,7 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     if (resource->async_events.active()) ThrowCode(env, "ERR_BUSY", "already watching async events");
     int err = SetNonBlocking(ctx->async_fd);
     if (err) ThrowErrno(env, err, "fcntl");
-    resource->on_async_event = Napi::Persistent(callback);
+    resource->on_async_event = Napi::Weak(callback);  // the Device holds it
     ContextResource* res = resource.get();
     int rc = resource->async_events.Start(env, ctx->async_fd, [res, env]() {
       for (;;) {
