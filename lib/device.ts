@@ -106,15 +106,19 @@ export class Device extends Resource {
   readonly #qps = new Map<number, WeakRef<QueuePair>>()
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
   #attributes: DeviceAttributes | undefined
-  readonly #onAsync = (type: string, detail: number): void => this.#onAsyncEvent(type, detail) // the addon holds it weakly
 
   /** @internal use openDevice() */
   constructor(name: string) {
     super()
     this.name = name
     this.handle = call(() => new native.Context(name))
-    call(() => this.handle.watchAsyncEvents(this.#onAsync))
+    let devices = openDevices.get(name)
+    if (!devices) openDevices.set(name, (devices = new Set()))
+    devices.add(this.#self)
+    call(() => this.handle.watchAsyncEvents())
   }
+
+  readonly #self = new WeakRef<Device>(this)
 
   /** Device attributes (ibv_query_device). */
   query(): DeviceAttributes {
@@ -180,7 +184,8 @@ export class Device extends Resource {
   /** @internal */ trackSrq(srq: SharedReceiveQueue): void { this.#srqs.set(srq.kernelHandle, new WeakRef(srq)) }
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
 
-  #onAsyncEvent(type: string, detail: number): void {
+  /** @internal */
+  onAsyncEvent(type: string, detail: number): void {
     const name = type.replace(/^IBV_EVENT_/, '').replace(/ /g, '_').toUpperCase()
     const event: AsyncEvent = { type: name }
     if (PORT_EVENTS.has(name)) event.port = detail
@@ -199,7 +204,17 @@ export class Device extends Resource {
     this.#events.emit('async', event)
   }
 
+  protected override onClose(): void {
+    openDevices.get(this.name)?.delete(this.#self)
+  }
+
   protected closeHandle(): void {
     call(() => this.handle.close())
   }
 }
+
+// Every open Device per device name: a device's async events go to each.
+const openDevices = new Map<string, Set<WeakRef<Device>>>()
+native.setAsyncEventHandler((name, type, detail) => {
+  for (const ref of openDevices.get(name) ?? []) ref.deref()?.onAsyncEvent(type, detail)
+})

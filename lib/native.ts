@@ -10,7 +10,9 @@ export interface NativeContext {
   query(): Record<string, unknown>
   queryPort(port: number): Record<string, unknown>
   gids(port: number): Array<{ index: number; gid: string; type: string; netdev: string | null }>
-  watchAsyncEvents(callback: (type: string, detail: number) => void): void
+  readonly name: string
+  /** Starts delivering this device's async events to setAsyncEventHandler's handler. */
+  watchAsyncEvents(): void
   close(): void
 }
 export interface NativeProtectionDomain { readonly handle: number; close(): void }
@@ -43,8 +45,41 @@ export interface NativeSharedReceiveQueue {
 export interface NativeAddressHandle { readonly id: number; close(): void }
 export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; close(): void }
 
+export interface NativeCmEvent {
+  type: string
+  status: number
+  key: number
+  listenKey: number
+  privateData?: Buffer
+  responderResources: number
+  initiatorDepth: number
+  /** The new id of a CONNECT_REQUEST. */
+  id?: NativeCmId
+}
+export interface NativeAddress { address: string; port: number; family: 'IPv4' | 'IPv6' }
+export interface NativeCmEventChannel { setWaiting(waiting: boolean): void; close(): void }
+export interface NativeCmId {
+  readonly key: number
+  bind(host: string, port: number): void
+  listen(backlog: number): void
+  resolveAddr(host: string, port: number, timeoutMs: number): void
+  resolveRoute(timeoutMs: number): void
+  createQp(pd: NativeProtectionDomain, options: Record<string, unknown>): NativeQueuePair
+  connect(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  accept(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  reject(privateData: Uint8Array | undefined): void
+  disconnect(): void
+  deviceName(): string | null
+  localAddress(): NativeAddress | null
+  peerAddress(): NativeAddress | null
+  close(): void
+}
+
 export interface NativeAddon {
   listDevices(): NativeDeviceInfo[]
+  setAsyncEventHandler(handler: (device: string, type: string, detail: number) => void): void
+  CmEventChannel: new (onEvent: (event: NativeCmEvent) => void) => NativeCmEventChannel
+  CmId: new (channel: NativeCmEventChannel) => NativeCmId
   Context: new (name: string) => NativeContext
   ProtectionDomain: new (context: NativeContext) => NativeProtectionDomain
   NativeBuffer: new (size: number) => NativeBufferHandle

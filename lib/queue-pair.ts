@@ -172,8 +172,12 @@ export class QueuePair extends Resource implements PendingOwner {
   readonly #sendSlots: WorkQueueSlots
   readonly #recvSlots: WorkQueueSlots
 
-  /** @internal use pd.createQp() */
-  constructor(pd: ProtectionDomain, options: QueuePairOptions) {
+  /**
+   * @internal use pd.createQp(). `create` makes the native QP (rdma_cm
+   * connections pass one that uses rdma_create_qp).
+   */
+  constructor(pd: ProtectionDomain, options: QueuePairOptions,
+    create = (nativeOptions: Record<string, unknown>) => new native.QueuePair(pd.handle, nativeOptions)) {
     super()
     const o = object(options, 'options')
     this.type = oneOf(o.type, 'options.type', ['RC', 'UC', 'UD'] as const, 'RC')
@@ -196,7 +200,7 @@ export class QueuePair extends Resource implements PendingOwner {
     for (const cq of [this.sendCq, this.recvCq]) if (cq.closed) throw closedError('CompletionQueue')
     if (this.srq?.closed) throw closedError('SharedReceiveQueue')
     this.pd = pd
-    this.handle = call(() => new native.QueuePair(pd.handle, nativeOptions))
+    this.handle = call(() => create(nativeOptions))
     this.qpn = this.handle.qpn
     this.caps = this.handle.caps
     this.psn = Math.floor(Math.random() * 0xffffff)
@@ -293,6 +297,11 @@ export class QueuePair extends Resource implements PendingOwner {
     this.#state = state
     if (state === 'ERR') this.failed(new RdmaError(`QP ${this.qpn} was moved to the error state`, { code: 'ERR_QP_STATE', qpn: this.qpn }))
     if (state === 'RESET') this.#error = undefined
+  }
+
+  /** @internal rdma_cm moved the QP to this state. */
+  markState(state: QpStateName): void {
+    this.#state = state
   }
 
   /** Current attributes, from the device. */

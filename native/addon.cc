@@ -17,6 +17,7 @@ void CloseAll(void* arg) {
   }
   data->roots.clear();
   data->address_handles.clear();
+  data->async_watchers.clear();
 }
 
 }  // namespace
@@ -33,6 +34,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitSharedReceiveQueue(env, exports, data);
   InitAddressHandle(env, exports, data);
   InitMemoryWindow(env, exports, data);
+  InitCm(env, exports, data);
   exports.Set("completionWords", Napi::Number::New(env, kCompletionWords));
   exports.Set("sendHeaderWords", Napi::Number::New(env, kSendHeaderWords));
   exports.Set("recvHeaderWords", Napi::Number::New(env, kRecvHeaderWords));

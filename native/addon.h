@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "fd_watcher.h"
 #include "work_request.h"
 
 namespace ibv {
@@ -34,6 +35,10 @@ struct AddonData {
   // UD work requests name their address handle by id.
   std::unordered_map<uint32_t, std::weak_ptr<Resource>> address_handles;
   uint32_t next_address_handle_id = 1;
+  // Device async events: one fd watcher per context, one JS handler.
+  std::unordered_map<ibv_context*, std::unique_ptr<FdWatcher>> async_watchers;
+  Napi::FunctionReference on_async_event;
+  uint32_t next_cm_id_key = 1;
 
   static AddonData* Get(Napi::Env env) { return env.GetInstanceData<AddonData>(); }
   void AddRoot(const std::shared_ptr<Resource>& root) { roots.push_back(root); }

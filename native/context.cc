@@ -2,15 +2,16 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
+#include <rdma/rdma_cma.h>
+
 #include "addon.h"
 #include "resources.h"
 
 namespace ibv {
 
 int ContextResource::DestroyHandle() {
-  async_events.Stop();
-  on_async_event.Reset();
   if (ctx && owned) {
+    if (addon) addon->async_watchers.erase(ctx);  // stop watching before the fd closes
     if (ibv_close_device(ctx) != 0) return errno ? errno : EIO;
   }
   ctx = nullptr;
@@ -69,6 +70,69 @@ Napi::Value ListDevices(const Napi::CallbackInfo& info) {
   return result;
 }
 
+ibv_context* OpenOwned(Napi::Env env, const std::string& name) {
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  if (!list) ThrowErrno(env, errno == ENOSYS ? ENODEV : errno, "ibv_get_device_list");
+  ibv_device* device = nullptr;
+  for (int i = 0; i < count; i++) {
+    if (name == ibv_get_device_name(list[i])) device = list[i];
+  }
+  if (!device) {
+    ibv_free_device_list(list);
+    ThrowErrno(env, ENODEV, "ibv_open_device");
+  }
+  ibv_context* ctx = ibv_open_device(device);
+  int err = errno;
+  ibv_free_device_list(list);
+  if (!ctx) ThrowErrno(env, err ? err : ENODEV, "ibv_open_device");
+  return ctx;
+}
+
+// Reads and acks every pending async event of a context and hands each to
+// the addon-wide handler as (deviceName, eventType, detail), where detail is
+// the port number, QP number, or kernel handle of the object.
+void DrainAsyncEvents(Napi::Env env, AddonData* data, ibv_context* ctx) {
+  std::string device = ibv_get_device_name(ctx->device);
+  for (;;) {
+    ibv_async_event event;
+    if (ibv_get_async_event(ctx, &event) != 0) return;
+    uint32_t detail = 0;
+    switch (event.event_type) {
+      case IBV_EVENT_PORT_ACTIVE:
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_LID_CHANGE:
+      case IBV_EVENT_PKEY_CHANGE:
+      case IBV_EVENT_GID_CHANGE:
+      case IBV_EVENT_SM_CHANGE:
+      case IBV_EVENT_CLIENT_REREGISTER:
+        detail = event.element.port_num;
+        break;
+      case IBV_EVENT_CQ_ERR:
+        detail = event.element.cq->handle;
+        break;
+      case IBV_EVENT_SRQ_ERR:
+      case IBV_EVENT_SRQ_LIMIT_REACHED:
+        detail = event.element.srq->handle;
+        break;
+      case IBV_EVENT_DEVICE_FATAL:
+        break;
+      default:
+        detail = event.element.qp ? event.element.qp->qp_num : 0;
+    }
+    std::string type = ibv_event_type_str(event.event_type);
+    ibv_ack_async_event(&event);
+    Napi::HandleScope scope(env);
+    CallFromLoop(env, data->on_async_event,
+                 {Napi::String::New(env, device), Napi::String::New(env, type), Napi::Number::New(env, detail)});
+  }
+}
+
+Napi::Value SetAsyncEventHandler(const Napi::CallbackInfo& info) {
+  AddonData::Get(info.Env())->on_async_event = Napi::Persistent(ArgFunction(info, 0, "handler"));
+  return info.Env().Undefined();
+}
+
 class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
@@ -79,6 +143,7 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
                            InstanceMethod("gids", &ContextWrap::Gids),
                            InstanceMethod("watchAsyncEvents", &ContextWrap::WatchAsyncEvents),
                            InstanceMethod("close", &ContextWrap::CloseMethod),
+                           InstanceAccessor("name", &ContextWrap::Name, nullptr),
                        });
   }
 
@@ -89,23 +154,25 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     TagObject(env, info.This().As<Napi::Object>(), Kind::Context);
     if (info.Length() == 0 || info[0].IsUndefined()) return;
     std::string name = ArgString(info, 0, "name");
-    int count = 0;
-    ibv_device** list = ibv_get_device_list(&count);
-    if (!list) ThrowErrno(env, errno == ENOSYS ? ENODEV : errno, "ibv_get_device_list");
-    ibv_device* device = nullptr;
-    for (int i = 0; i < count; i++) {
-      if (name == ibv_get_device_name(list[i])) device = list[i];
-    }
-    if (!device) {
-      ibv_free_device_list(list);
-      ThrowErrno(env, ENODEV, "ibv_open_device");
-    }
-    ibv_context* ctx = ibv_open_device(device);
-    int err = errno;
-    ibv_free_device_list(list);
-    if (!ctx) ThrowErrno(env, err ? err : ENODEV, "ibv_open_device");
     resource = std::make_shared<ContextResource>();
-    resource->ctx = ctx;
+    resource->addon = AddonData::Get(env);
+    // Prefer librdmacm's context for the device: then protection domains,
+    // CQs and memory from this Device also work with rdma_cm connections.
+    // librdmacm owns it (never closed here); it is shared by every Device
+    // opened on the same name.
+    int count = 0;
+    ibv_context** shared = rdma_get_devices(&count);
+    if (shared) {
+      for (int i = 0; i < count; i++) {
+        if (name == ibv_get_device_name(shared[i]->device)) resource->ctx = shared[i];
+      }
+      rdma_free_devices(shared);
+    }
+    if (resource->ctx) {
+      resource->owned = false;
+    } else {
+      resource->ctx = OpenOwned(env, name);  // librdmacm unavailable (no rdma_ucm)
+    }
     AddonData::Get(env)->AddRoot(resource);
   }
 
@@ -210,53 +277,28 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     return result;
   }
 
-  // watchAsyncEvents(callback(type, detail)) delivers device async events;
-  // detail is the port number, QP number, or kernel handle of the object.
+  // watchAsyncEvents(): deliver this device's async events to the handler
+  // set with setAsyncEventHandler. One watcher per context, shared by every
+  // Device on it; its handle never keeps the loop alive.
   Napi::Value WatchAsyncEvents(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     ibv_context* ctx = Ctx(env);
-    Napi::Function callback = ArgFunction(info, 0, "callback");
-    if (resource->async_events.active()) ThrowCode(env, "ERR_BUSY", "already watching async events");
+    AddonData* data = AddonData::Get(env);
+    auto& watcher = data->async_watchers[ctx];
+    if (watcher) return env.Undefined();
     int err = SetNonBlocking(ctx->async_fd);
     if (err) ThrowErrno(env, err, "fcntl");
-    resource->on_async_event = Napi::Weak(callback);  // the Device holds it
-    ContextResource* res = resource.get();
-    int rc = resource->async_events.Start(env, ctx->async_fd, [res, env]() {
-      for (;;) {
-        ibv_async_event event;
-        if (!res->ctx || ibv_get_async_event(res->ctx, &event) != 0) return;
-        uint32_t detail = 0;
-        switch (event.event_type) {
-          case IBV_EVENT_PORT_ACTIVE:
-          case IBV_EVENT_PORT_ERR:
-          case IBV_EVENT_LID_CHANGE:
-          case IBV_EVENT_PKEY_CHANGE:
-          case IBV_EVENT_GID_CHANGE:
-          case IBV_EVENT_SM_CHANGE:
-          case IBV_EVENT_CLIENT_REREGISTER:
-            detail = event.element.port_num;
-            break;
-          case IBV_EVENT_CQ_ERR:
-            detail = event.element.cq->handle;
-            break;
-          case IBV_EVENT_SRQ_ERR:
-          case IBV_EVENT_SRQ_LIMIT_REACHED:
-            detail = event.element.srq->handle;
-            break;
-          case IBV_EVENT_DEVICE_FATAL:
-            break;
-          default:
-            detail = event.element.qp ? event.element.qp->qp_num : 0;
-        }
-        std::string name = ibv_event_type_str(event.event_type);
-        ibv_ack_async_event(&event);
-        Napi::HandleScope scope(env);
-        CallFromLoop(env, res->on_async_event,
-                     {Napi::String::New(env, name), Napi::Number::New(env, detail)});
-      }
-    });
-    if (rc) ThrowCode(env, "ERR_UV", uv_strerror(rc));
+    watcher = std::make_unique<FdWatcher>();
+    int rc = watcher->Start(env, ctx->async_fd, [env, data, ctx]() { DrainAsyncEvents(env, data, ctx); });
+    if (rc) {
+      data->async_watchers.erase(ctx);
+      ThrowCode(env, "ERR_UV", uv_strerror(rc));
+    }
     return env.Undefined();
+  }
+
+  Napi::Value Name(const Napi::CallbackInfo& info) {
+    return Napi::String::New(info.Env(), ibv_get_device_name(Ctx(info.Env())->device));
   }
 
   Napi::Value CloseMethod(const Napi::CallbackInfo& info) {
@@ -284,6 +326,7 @@ void InitContext(Napi::Env env, Napi::Object exports, AddonData* data) {
   data->context = Napi::Persistent(ctor);
   exports.Set("Context", ctor);
   exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
+  exports.Set("setAsyncEventHandler", Napi::Function::New(env, SetAsyncEventHandler, "setAsyncEventHandler"));
 }
 
 }  // namespace ibv

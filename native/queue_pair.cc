@@ -9,7 +9,11 @@
 namespace ibv {
 
 int QpResource::DestroyHandle() {
-  if (qp && ibv_destroy_qp(qp) != 0) return errno ? errno : EBUSY;
+  if (qp && cm_id) {
+    rdma_destroy_qp(cm_id);
+  } else if (qp && ibv_destroy_qp(qp) != 0) {
+    return errno ? errno : EBUSY;
+  }
   qp = nullptr;
   return 0;
 }
@@ -39,6 +43,31 @@ Napi::Object CapsObject(Napi::Env env, const ibv_qp_cap& cap) {
   return o;
 }
 
+}  // namespace
+
+void ReadQpInitAttr(Napi::Env env, Napi::Object o, ibv_qp_init_attr* attr,
+                    std::vector<std::shared_ptr<Resource>>* parents) {
+  auto send_cq = CqOf(env, o.Get("sendCq"));
+  auto recv_cq = CqOf(env, o.Get("recvCq"));
+  std::shared_ptr<SrqResource> srq;
+  if (Has(o, "srq")) srq = SrqOf(env, o.Get("srq"));
+  attr->qp_type = static_cast<ibv_qp_type>(OptU32(env, o, "type", IBV_QPT_RC));
+  attr->send_cq = send_cq->cq;
+  attr->recv_cq = recv_cq->cq;
+  attr->srq = srq ? srq->srq : nullptr;
+  attr->cap.max_send_wr = OptU32(env, o, "maxSendWr", 128);
+  attr->cap.max_recv_wr = srq ? 0 : OptU32(env, o, "maxRecvWr", 128);
+  attr->cap.max_send_sge = OptU32(env, o, "maxSendSge", 1);
+  attr->cap.max_recv_sge = srq ? 0 : OptU32(env, o, "maxRecvSge", 1);
+  attr->cap.max_inline_data = OptU32(env, o, "maxInlineData", 0);
+  attr->sq_sig_all = OptU32(env, o, "sqSigAll", 0) ? 1 : 0;
+  parents->push_back(send_cq);
+  if (recv_cq != send_cq) parents->push_back(recv_cq);
+  if (srq) parents->push_back(srq);
+}
+
+namespace {
+
 class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
@@ -61,31 +90,16 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     if (info.Length() == 0 || info[0].IsUndefined()) return;
     auto pd = PdOf(env, info[0]);
     if (!info[1].IsObject()) ThrowCode(env, "ERR_INVALID_ARG_TYPE", "Expected an options object");
-    Napi::Object o = info[1].As<Napi::Object>();
-    auto send_cq = CqOf(env, o.Get("sendCq"));
-    auto recv_cq = CqOf(env, o.Get("recvCq"));
-    std::shared_ptr<SrqResource> srq;
-    if (Has(o, "srq")) srq = SrqOf(env, o.Get("srq"));
     ibv_qp_init_attr attr{};
-    attr.qp_type = static_cast<ibv_qp_type>(OptU32(env, o, "type", IBV_QPT_RC));
-    attr.send_cq = send_cq->cq;
-    attr.recv_cq = recv_cq->cq;
-    attr.srq = srq ? srq->srq : nullptr;
-    attr.cap.max_send_wr = OptU32(env, o, "maxSendWr", 128);
-    attr.cap.max_recv_wr = srq ? 0 : OptU32(env, o, "maxRecvWr", 128);
-    attr.cap.max_send_sge = OptU32(env, o, "maxSendSge", 1);
-    attr.cap.max_recv_sge = srq ? 0 : OptU32(env, o, "maxRecvSge", 1);
-    attr.cap.max_inline_data = OptU32(env, o, "maxInlineData", 0);
-    attr.sq_sig_all = OptU32(env, o, "sqSigAll", 0) ? 1 : 0;
+    std::vector<std::shared_ptr<Resource>> parents;
+    ReadQpInitAttr(env, info[1].As<Napi::Object>(), &attr, &parents);
     ibv_qp* qp = ibv_create_qp(pd->pd, &attr);
     if (!qp) ThrowErrno(env, errno ? errno : EINVAL, "ibv_create_qp");
     auto res = std::make_shared<QpResource>();
     res->qp = qp;
     caps_ = attr.cap;  // ibv_create_qp writes the actual caps back
     res->AdoptParent(pd);
-    res->AdoptParent(send_cq);
-    if (recv_cq != send_cq) res->AdoptParent(recv_cq);
-    if (srq) res->AdoptParent(srq);
+    for (auto& parent : parents) res->AdoptParent(parent);
     resource = res;
   }
 
@@ -253,6 +267,14 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
 };
 
 }  // namespace
+
+Napi::Object WrapQp(Napi::Env env, std::shared_ptr<QpResource> resource, const ibv_qp_cap& caps) {
+  Napi::Object object = AddonData::Get(env)->queue_pair.New({});
+  auto* wrap = Napi::ObjectWrap<QueuePairWrap>::Unwrap(object);
+  wrap->resource = std::move(resource);
+  wrap->caps_ = caps;
+  return object;
+}
 
 void InitQueuePair(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = QueuePairWrap::Define(env);

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 #include <napi.h>
+#include <rdma/rdma_cma.h>
 
 #include <cstdlib>
 #include <memory>
@@ -14,11 +15,12 @@
 
 namespace ibv {
 
+struct AddonData;
+
 struct ContextResource : Resource {
   ibv_context* ctx = nullptr;
-  bool owned = true;  // false for contexts opened by librdmacm
-  FdWatcher async_events;
-  Napi::FunctionReference on_async_event;
+  bool owned = true;  // false for librdmacm's contexts (shared, never closed here)
+  AddonData* addon = nullptr;
   ~ContextResource() override { Close(); }
   int DestroyHandle() override;
 };
@@ -71,6 +73,7 @@ struct SrqResource : Resource {
 
 struct QpResource : Resource {
   ibv_qp* qp = nullptr;
+  rdma_cm_id* cm_id = nullptr;  // set when rdma_create_qp made it: destroyed with rdma_destroy_qp
   ~QpResource() override { Close(); }
   int DestroyHandle() override;
 };
@@ -109,7 +112,11 @@ void FillAhAttr(Napi::Env env, Napi::Object source, ibv_ah_attr* attr);
 // resource is created by another object, e.g. an rdma_cm id's QP).
 Napi::Object WrapContext(Napi::Env env, std::shared_ptr<ContextResource> resource);
 Napi::Object WrapPd(Napi::Env env, std::shared_ptr<PdResource> resource);
-Napi::Object WrapQp(Napi::Env env, std::shared_ptr<QpResource> resource);
+Napi::Object WrapQp(Napi::Env env, std::shared_ptr<QpResource> resource, const ibv_qp_cap& caps);
+// Reads {type, sendCq, recvCq, srq?, maxSendWr, ...} into init attributes;
+// the CQ/SRQ resources are returned so the QP can adopt them as parents.
+void ReadQpInitAttr(Napi::Env env, Napi::Object options, ibv_qp_init_attr* attr,
+                    std::vector<std::shared_ptr<Resource>>* parents);
 
 // Closes a resource from a JS close() call; throws if the handle could not be
 // destroyed (e.g. EBUSY).

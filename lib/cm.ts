@@ -1,0 +1,517 @@
+// Connections by IP address and port with rdma_cm: listen/accept/reject,
+// connect with private data and timeouts, disconnect. The rdma_cm event
+// channel is watched on the event loop; every wait is bounded.
+import { EventEmitter } from 'node:events'
+import { isIP } from 'node:net'
+import { lookup } from 'node:dns/promises'
+import { native, type NativeAddress, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId } from './native.js'
+import { call, closedError, RdmaError } from './errors.js'
+import { integer, instance, object, optionalObject, typeError, waitOptions, type WaitOptions } from './validate.js'
+import { openDevice, type Device } from './device.js'
+import { ProtectionDomain } from './protection-domain.js'
+import { CompletionQueue, type CompletionQueueOptions } from './completion-queue.js'
+import { QueuePair } from './queue-pair.js'
+import { Access } from './constants.js'
+import type { MemoryRegion } from './memory.js'
+
+export interface QpCaps { maxSendWr?: number; maxRecvWr?: number; maxSendSge?: number; maxRecvSge?: number; maxInlineData?: number }
+
+/** Resources of a connection. Without `pd`, the connection opens its device and PD itself (and closes them). */
+export interface ConnectionSetup {
+  /** Protection domain (of the device that serves the address) whose memory the connection will use. */
+  pd?: ProtectionDomain
+  /** A completion queue to share; default: one of the connection's own. */
+  cq?: CompletionQueue
+  cqOptions?: CompletionQueueOptions
+  qp?: QpCaps
+  /** Outstanding RDMA READ/atomic operations as responder / initiator (default: 16 or the device's limit). */
+  responderResources?: number
+  initiatorDepth?: number
+  /** Post a receive for receiveJson() before the connection is established (so the peer may send at once). */
+  receiveJson?: boolean
+}
+
+export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
+  host: string
+  port: number
+  /** Up to 56 bytes the listener sees with the request (RC over IB/RoCE). */
+  privateData?: Uint8Array
+  /** Bound on address and route resolution and connection (default 10000 ms). */
+  timeoutMs?: number
+}
+
+export interface ListenOptions {
+  host: string
+  /** 0 picks a free port: see listener.address. */
+  port: number
+  backlog?: number
+  /** Default PD for accepted connections. */
+  pd?: ProtectionDomain
+}
+
+const EVENT_PREFIX = 'RDMA_CM_EVENT_'
+const DEFAULT_TIMEOUT = 10_000
+const JSON_BYTES = 4096
+
+// --- the event channel -------------------------------------------------------
+
+interface Waiter { success: string; resolve: (event: NativeCmEvent) => void; reject: (error: Error) => void }
+
+/** An rdma_cm id and the one step (if any) waiting for its next event. */
+class CmIdHandle {
+  #waiter: Waiter | undefined
+  onUnexpected: (event: NativeCmEvent) => void = () => {}
+  closed = false
+  constructor(readonly native: NativeCmId, readonly key: number) {}
+
+  /** Runs `action` and resolves with the event named `success`; any other event of the step rejects. */
+  step(verb: string, action: () => void, success: string, wait: WaitOptions): Promise<NativeCmEvent> {
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined
+      const onAbort = () => finish(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: wait.signal?.reason }))
+      const finish = (error: Error | undefined, event?: NativeCmEvent) => {
+        if (this.#waiter !== waiter) return
+        this.#waiter = undefined
+        channel().release()
+        if (timer) clearTimeout(timer)
+        wait.signal?.removeEventListener('abort', onAbort)
+        if (error) reject(error)
+        else resolve(event!)
+      }
+      const waiter: Waiter = { success, resolve: (e) => finish(undefined, e), reject: (e) => finish(e) }
+      if (wait.signal?.aborted) return reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: wait.signal.reason }))
+      this.#waiter = waiter
+      channel().hold()
+      if (wait.timeoutMs !== undefined) timer = setTimeout(() => finish(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT', verb })), wait.timeoutMs)
+      wait.signal?.addEventListener('abort', onAbort, { once: true })
+      try {
+        action()
+      } catch (error) {
+        finish(error as Error)
+      }
+    })
+  }
+
+  deliver(event: NativeCmEvent): void {
+    const waiter = this.#waiter
+    if (!waiter) return this.onUnexpected(event)
+    if (event.type === waiter.success) waiter.resolve(event)
+    else waiter.reject(eventError(event))
+  }
+
+  fail(error: Error): void {
+    this.#waiter?.reject(error)
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.fail(closedError('Connection'))
+    channel().forget(this.key)
+    call(() => this.native.close())
+  }
+}
+
+function eventError(event: NativeCmEvent): RdmaError {
+  const details = { privateData: event.privateData, cmStatus: event.status }
+  const make = (code: string, message: string) => Object.assign(new RdmaError(message, { code, status: event.type }), details)
+  switch (event.type) {
+    case 'REJECTED': return make('ECONNREFUSED', `Connection rejected (status ${event.status}${event.privateData ? ', with private data' : ''})`)
+    case 'UNREACHABLE': return make('EHOSTUNREACH', `Peer unreachable (status ${event.status})`)
+    case 'ADDR_ERROR': return make('ADDR_ERROR', `Address resolution failed (status ${event.status})`)
+    case 'ROUTE_ERROR': return make('ROUTE_ERROR', `Route resolution failed (status ${event.status})`)
+    case 'CONNECT_ERROR': return make('CONNECT_ERROR', `Connection failed (status ${event.status})`)
+    case 'DISCONNECTED': return make('ECONNRESET', 'The peer disconnected')
+    default: return make('ERR_CM_EVENT', `Unexpected rdma_cm event ${event.type} (status ${event.status})`)
+  }
+}
+
+class CmChannel {
+  readonly handle: NativeCmEventChannel
+  readonly #ids = new Map<number, CmIdHandle>()
+  readonly #listeners = new Map<number, Listener>()
+  readonly #onEvent = (event: NativeCmEvent): void => this.#dispatch(event) // the addon holds it weakly
+  #holds = 0
+
+  constructor() {
+    this.handle = call(() => new native.CmEventChannel(this.#onEvent))
+  }
+
+  createId(): CmIdHandle {
+    return this.adopt(call(() => new native.CmId(this.handle)))
+  }
+
+  adopt(id: NativeCmId): CmIdHandle {
+    const handle = new CmIdHandle(id, id.key)
+    this.#ids.set(handle.key, handle)
+    return handle
+  }
+
+  forget(key: number): void {
+    this.#ids.delete(key)
+    this.#listeners.delete(key)
+  }
+
+  addListener(key: number, listener: Listener): void { this.#listeners.set(key, listener) }
+
+  /** Keeps the loop alive while a step waits or a listener is open. */
+  hold(): void { if (this.#holds++ === 0) this.handle.setWaiting(true) }
+  release(): void { if (--this.#holds === 0) this.handle.setWaiting(false) }
+
+  #dispatch(event: NativeCmEvent): void {
+    event.type = event.type.replace(EVENT_PREFIX, '')
+    if (event.type === 'CONNECT_REQUEST' && event.id) {
+      const id = this.adopt(event.id)
+      const listener = this.#listeners.get(event.listenKey)
+      if (listener) listener.push(new ConnectionRequest(listener, id, event))
+      else id.close()
+      return
+    }
+    this.#ids.get(event.key)?.deliver(event)
+  }
+}
+
+let sharedChannel: CmChannel | undefined
+function channel(): CmChannel {
+  sharedChannel ??= new CmChannel()
+  return sharedChannel
+}
+
+async function numericHost(host: unknown, name: string): Promise<string> {
+  if (typeof host !== 'string' || host.length === 0) throw typeError('a host name or IP address', name, host)
+  if (isIP(host)) return host
+  return (await lookup(host)).address
+}
+
+// --- connections -------------------------------------------------------------
+
+export class Connection extends EventEmitter {
+  readonly device: Device
+  readonly pd: ProtectionDomain
+  readonly cq: CompletionQueue
+  readonly qp: QueuePair
+  /** Private data the peer sent with its request (listener side) or acceptance (connecting side). */
+  privateData: Buffer | undefined
+  readonly #id: CmIdHandle
+  readonly #owned: Array<{ close(): void }>
+  #jsonRegion: MemoryRegion | undefined
+  #firstJson: Promise<unknown> | undefined
+  #disconnected = false
+  #closed = false
+
+  /** @internal */
+  constructor(id: CmIdHandle, setup: ConnectionSetup, fallbackPd: ProtectionDomain | undefined) {
+    super()
+    this.#id = id
+    this.#owned = []
+    const deviceName = id.native.deviceName()
+    if (deviceName === null) throw new RdmaError('rdma_cm found no RDMA device for this address', { code: 'ENODEV' })
+    let pd = setup.pd ?? fallbackPd
+    if (pd !== undefined) {
+      instance(pd, 'pd', ProtectionDomain)
+      if (pd.device.name !== deviceName) throw new RdmaError(`The connection runs on ${deviceName} but the PD belongs to ${pd.device.name}`, { code: 'ERR_WRONG_DEVICE' })
+    } else {
+      const device = openDevice(deviceName)
+      this.#owned.push(device)
+      pd = device.allocPd()
+    }
+    this.pd = pd
+    this.device = pd.device
+    if (setup.cq !== undefined) {
+      this.cq = instance(setup.cq, 'cq', CompletionQueue)
+    } else {
+      this.cq = this.device.createCq(setup.cqOptions)
+      this.#owned.push(this.cq)
+    }
+    const caps = optionalObject(setup.qp, 'qp')
+    this.qp = new QueuePair(pd, { type: 'RC', sendCq: this.cq, ...caps }, (options) => id.native.createQp(pd.handle, options))
+    this.qp.markState('INIT') // rdma_create_qp brings it to INIT; accept/connect take it on to RTS
+    id.onUnexpected = (event) => this.#onEvent(event)
+    if (setup.receiveJson) {
+      this.#firstJson = this.#postJsonReceive()
+      this.#firstJson.catch(() => {}) // reported to whoever calls receiveJson()
+    }
+  }
+
+  get localAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.localAddress() }
+  get remoteAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.peerAddress() }
+  get closed(): boolean { return this.#closed }
+
+  /** Sends a JSON value as one message (the peer calls receiveJson()). */
+  async sendJson(value: unknown, options: WaitOptions = {}): Promise<void> {
+    const bytes = Buffer.from(JSON.stringify(value))
+    if (bytes.length > JSON_BYTES) throw new RangeError(`JSON message of ${bytes.length} bytes is over ${JSON_BYTES}`)
+    const region = this.#jsonBuffer()
+    const offset = JSON_BYTES // second half: send buffer
+    region.bytes.set(bytes, offset)
+    await this.qp.send(region.slice(offset, bytes.length), options)
+  }
+
+  /** Receives a message sent with sendJson(). */
+  receiveJson(options: WaitOptions = {}): Promise<unknown> {
+    const first = this.#firstJson
+    this.#firstJson = undefined
+    return first ?? this.#postJsonReceive(options)
+  }
+
+  async #postJsonReceive(options: WaitOptions = {}): Promise<unknown> {
+    const region = this.#jsonBuffer()
+    const wc = await this.qp.recv(region.slice(0, JSON_BYTES), options)
+    return JSON.parse(Buffer.from(region.bytes.subarray(0, wc.byteLength)).toString())
+  }
+
+  #jsonBuffer(): MemoryRegion {
+    this.#jsonRegion ??= this.pd.allocRegion(2 * JSON_BYTES, Access.LocalWrite)
+    return this.#jsonRegion
+  }
+
+  /** @internal the connection is established */
+  established(event: NativeCmEvent): void {
+    this.qp.markState('RTS')
+    this.privateData ??= event.privateData
+  }
+
+  #onEvent(event: NativeCmEvent): void {
+    if (event.type === 'DISCONNECTED' || event.type === 'DEVICE_REMOVAL') {
+      this.#markDisconnected()
+      this.emit('disconnected', event.type)
+    }
+  }
+
+  #markDisconnected(): void {
+    if (this.#disconnected) return
+    this.#disconnected = true
+    // rdma_cm moved the QP to the error state: pending requests flush; new ones are refused.
+    this.qp.failed(new RdmaError('The connection was disconnected', { code: 'ECONNRESET', qpn: this.qp.qpn }))
+  }
+
+  /** Disconnects (both sides see 'disconnected'), then closes. */
+  async disconnect(options: WaitOptions = {}): Promise<void> {
+    if (this.#closed) return
+    const wait = waitOptions(options)
+    if (!this.#disconnected) {
+      try {
+        await this.#id.step('disconnect', () => this.#id.native.disconnect(), 'DISCONNECTED', { timeoutMs: wait.timeoutMs ?? 5000, ...(wait.signal ? { signal: wait.signal } : {}) })
+      } catch {
+        // the peer may be gone already; closing below is what matters
+      }
+      this.#markDisconnected()
+    }
+    this.close()
+  }
+
+  /** Releases the QP, the rdma_cm id and what the connection created. Idempotent. */
+  close(): void {
+    if (this.#closed) return
+    this.#closed = true
+    this.#markDisconnected()
+    this.qp.close()
+    this.#jsonRegion?.close()
+    this.#id.close()
+    for (const owned of this.#owned.reverse()) owned.close()
+  }
+
+  [Symbol.dispose](): void { this.close() }
+}
+
+function connParams(setup: ConnectionSetup, device: Device): [number, number] {
+  const attrs = device.query()
+  const responder = integer(setup.responderResources ?? Math.min(16, attrs.maxQpRdAtom), 'responderResources', 0, 255)
+  const initiator = integer(setup.initiatorDepth ?? Math.min(16, attrs.maxQpInitRdAtom), 'initiatorDepth', 0, 255)
+  return [responder, initiator]
+}
+
+function privateData(value: unknown, name: string, max: number): Uint8Array | undefined {
+  if (value === undefined) return undefined
+  if (!(value instanceof Uint8Array)) throw typeError('a Buffer or Uint8Array', name, value)
+  if (value.length > max) throw new RangeError(`${name} is ${value.length} bytes; at most ${max} fit`)
+  return value
+}
+
+/** Connects to a listener: resolves the address and route, sets up an RC QP, and connects. */
+export async function connect(options: ConnectionOptions): Promise<Connection> {
+  const o = object(options, 'options')
+  const port = integer(o.port, 'options.port', 1, 65535)
+  const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
+  const data = privateData(o.privateData, 'options.privateData', 56)
+  const host = await numericHost(o.host, 'options.host')
+  const deadline = Date.now() + wait.timeoutMs!
+  const left = () => ({ ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+  const id = channel().createId()
+  let connection: Connection | undefined
+  try {
+    await id.step('resolve address', () => id.native.resolveAddr(host, port, Math.max(1, deadline - Date.now())), 'ADDR_RESOLVED', left())
+    await id.step('resolve route', () => id.native.resolveRoute(Math.max(1, deadline - Date.now())), 'ROUTE_RESOLVED', left())
+    connection = new Connection(id, o as ConnectionSetup, undefined)
+    const [responder, initiator] = connParams(o as ConnectionSetup, connection.device)
+    const event = await id.step('connect', () => id.native.connect(data, responder, initiator, 7, 7), 'ESTABLISHED', left())
+    connection.established(event)
+    return connection
+  } catch (error) {
+    if (connection) connection.close()
+    else id.close()
+    throw error
+  }
+}
+
+/** An incoming connection request: accept() or reject() it. */
+export class ConnectionRequest {
+  readonly privateData: Buffer | undefined
+  #answered = false
+
+  /** @internal */
+  constructor(readonly listener: Listener, readonly id: CmIdHandle, event: NativeCmEvent) {
+    this.privateData = event.privateData
+  }
+
+  get remoteAddress(): NativeAddress | null { return this.id.native.peerAddress() }
+
+  /** Accepts: sets up the QP (posting receiveJson's receive first if asked) and waits for ESTABLISHED. */
+  async accept(options: ConnectionSetup & WaitOptions & { privateData?: Uint8Array } = {}): Promise<Connection> {
+    if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
+    this.#answered = true
+    const o = optionalObject(options, 'options') as ConnectionSetup & WaitOptions & { privateData?: Uint8Array }
+    let connection: Connection | undefined
+    try {
+      const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
+      const data = privateData(o.privateData, 'options.privateData', 196)
+      connection = new Connection(this.id, o, this.listener.pd)
+      const [responder, initiator] = connParams(o, connection.device)
+      const event = await this.id.step('accept', () => this.id.native.accept(data, responder, initiator, 7, 7), 'ESTABLISHED', wait)
+      connection.established(event)
+      connection.privateData = this.privateData
+      return connection
+    } catch (error) {
+      if (connection) connection.close()
+      else this.id.close()
+      throw error
+    }
+  }
+
+  /** Rejects, with up to 148 bytes the connecting side gets as error.privateData. */
+  reject(options: { privateData?: Uint8Array } = {}): void {
+    if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
+    this.#answered = true
+    const o = optionalObject(options, 'options')
+    try {
+      call(() => this.id.native.reject(privateData(o.privateData, 'options.privateData', 148)))
+    } finally {
+      this.id.close()
+    }
+  }
+}
+
+/** A listening rdma_cm id: iterate it (for await) or listen to 'request' events. */
+export class Listener extends EventEmitter implements AsyncIterable<ConnectionRequest> {
+  readonly pd: ProtectionDomain | undefined
+  readonly #id: CmIdHandle
+  readonly #queue: ConnectionRequest[] = []
+  readonly #takers: Array<(result: IteratorResult<ConnectionRequest>) => void> = []
+  #closed = false
+
+  /** @internal use listen() */
+  constructor(id: CmIdHandle, pd: ProtectionDomain | undefined) {
+    super()
+    this.#id = id
+    this.pd = pd
+    channel().addListener(id.key, this)
+    channel().hold()
+  }
+
+  /** The bound address (the port is real even when 0 was asked for). */
+  get address(): NativeAddress | null { return this.#closed ? null : this.#id.native.localAddress() }
+
+  /** @internal */
+  push(request: ConnectionRequest): void {
+    if (this.listenerCount('request') > 0) return void this.emit('request', request)
+    const taker = this.#takers.shift()
+    if (taker) taker({ value: request, done: false })
+    else this.#queue.push(request)
+  }
+
+  /** The next request (or undefined once closed). */
+  async accept(): Promise<ConnectionRequest | undefined> {
+    const next = await this[Symbol.asyncIterator]().next()
+    return next.done ? undefined : next.value
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<ConnectionRequest> {
+    return {
+      next: () => {
+        const queued = this.#queue.shift()
+        if (queued) return Promise.resolve({ value: queued, done: false })
+        if (this.#closed) return Promise.resolve({ value: undefined, done: true })
+        return new Promise((resolve) => this.#takers.push(resolve))
+      },
+      return: () => {
+        this.close()
+        return Promise.resolve({ value: undefined, done: true })
+      },
+    }
+  }
+
+  /** Stops listening; requests not yet answered are rejected. */
+  close(): void {
+    if (this.#closed) return
+    this.#closed = true
+    channel().release()
+    for (const request of this.#queue.splice(0)) {
+      try { request.reject() } catch { /* already gone */ }
+    }
+    for (const taker of this.#takers.splice(0)) taker({ value: undefined, done: true })
+    this.#id.close()
+  }
+
+  [Symbol.dispose](): void { this.close() }
+}
+
+/** Listens for rdma_cm connections on an address of an RDMA device. */
+export async function listen(options: ListenOptions): Promise<Listener> {
+  const o = object(options, 'options')
+  const port = integer(o.port, 'options.port', 0, 65535)
+  const backlog = integer(o.backlog ?? 128, 'options.backlog', 1, 65535)
+  const pd = o.pd === undefined ? undefined : instance(o.pd, 'options.pd', ProtectionDomain)
+  const host = await numericHost(o.host, 'options.host')
+  const id = channel().createId()
+  try {
+    call(() => id.native.bind(host, port))
+    call(() => id.native.listen(backlog))
+  } catch (error) {
+    id.close()
+    throw error
+  }
+  return new Listener(id, pd)
+}
+
+// --- memory descriptors in private data ---------------------------------------
+
+const MAGIC = [0x4e, 0x49, 0x42] // 'NIB'
+const ENTRY = 20
+
+/** Packs remote descriptors into bytes for private data: 4 + 20 per descriptor (2 fit a connect request, 9 an accept). */
+export function encodeDescriptors(descriptors: ReadonlyArray<{ addr: string; rkey: number; length: number }>): Buffer {
+  if (!Array.isArray(descriptors)) throw typeError('an array of descriptors', 'descriptors', descriptors)
+  const out = Buffer.alloc(4 + ENTRY * descriptors.length)
+  out.set(MAGIC, 0)
+  out[3] = descriptors.length
+  descriptors.forEach((d, i) => {
+    const at = 4 + i * ENTRY
+    out.writeUInt32LE(integer(d.rkey, `descriptors[${i}].rkey`, 0, 0xffffffff), at)
+    out.writeBigUInt64LE(BigInt(d.addr), at + 4)
+    out.writeBigUInt64LE(BigInt(integer(d.length, `descriptors[${i}].length`, 0, Number.MAX_SAFE_INTEGER)), at + 12)
+  })
+  return out
+}
+
+/** Unpacks descriptors packed by encodeDescriptors (ignores the CM's zero padding). */
+export function decodeDescriptors(bytes: Uint8Array | undefined): Array<{ version: 1; addr: string; rkey: number; length: number }> {
+  if (!(bytes instanceof Uint8Array)) throw typeError('a Buffer', 'bytes', bytes)
+  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  if (b.length < 4 || b[0] !== MAGIC[0] || b[1] !== MAGIC[1] || b[2] !== MAGIC[2]) throw typeError('descriptors packed by encodeDescriptors', 'bytes', bytes)
+  const count = b[3]!
+  if (b.length < 4 + count * ENTRY) throw new RangeError(`bytes hold ${b.length} bytes, ${count} descriptors need ${4 + count * ENTRY}`)
+  return Array.from({ length: count }, (_, i) => {
+    const at = 4 + i * ENTRY
+    return { version: 1 as const, rkey: b.readUInt32LE(at), addr: '0x' + b.readBigUInt64LE(at + 4).toString(16), length: Number(b.readBigUInt64LE(at + 12)) }
+  })
+}
