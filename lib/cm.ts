@@ -273,6 +273,8 @@ export class Connection extends EventEmitter {
 
   #onEvent(event: NativeCmEvent): void {
     if (event.type === 'DISCONNECTED' || event.type === 'DEVICE_REMOVAL') {
+      // Answer the peer's disconnect (DREP) at once, so its disconnect() completes.
+      try { this.#id.native.disconnect() } catch { /* already disconnected */ }
       this.#markDisconnected()
       this.emit('disconnected', event.type)
     }
@@ -281,8 +283,13 @@ export class Connection extends EventEmitter {
   #markDisconnected(): void {
     if (this.#disconnected) return
     this.#disconnected = true
-    // rdma_cm moved the QP to the error state: pending requests flush; new ones are refused.
+    // New requests are refused with ECONNRESET as the cause; moving the QP to
+    // the error state flushes the pending ones (rdma_cm leaves the QP alone
+    // when the peer disconnects).
     this.qp.failed(new RdmaError('The connection was disconnected', { code: 'ECONNRESET', qpn: this.qp.qpn }))
+    if (!this.qp.closed) {
+      try { this.qp.modify('ERR') } catch { /* already in error */ }
+    }
   }
 
   /** Disconnects (both sides see 'disconnected'), then closes. */
