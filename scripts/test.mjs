@@ -40,6 +40,11 @@ console.log('\n== RDMA suites (real device via scripts/softroce.sh) ==')
 const rdma = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--', vitest, 'run', '--config', 'vitest.rdma.config.ts', ...extra])
 const rdmaCounts = counts(rdma.text)
 
+console.log('\n== two-host suite (two guests joined by a virtual wire) ==')
+const twoHost = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--topology', 'two-host', '--', vitest, 'run', '--config', 'vitest.two-host.config.ts'])
+// Both guests print a summary; count host 1's (the client) as the suite's.
+const twoHostCounts = counts(twoHost.text.split('\n').filter((l) => l.startsWith('[host1]')).map((l) => l.slice(8)).join('\n'))
+
 let failed = unit.code !== 0
 if (rdma.code === ENV_UNAVAILABLE && !requireRdma) {
   console.log('\n' + '!'.repeat(72))
@@ -53,9 +58,19 @@ if (rdma.code === ENV_UNAVAILABLE && !requireRdma) {
   failed = true
   console.log('\nRDMA suites ran no test: that is a failure')
 }
+if (twoHost.code === ENV_UNAVAILABLE && !requireRdma) {
+  console.log('!! two-host suite SKIPPED (no QEMU environment); NOT counted as passed')
+} else if (twoHost.code !== 0) {
+  failed = true
+  console.log(`\ntwo-host suite failed (exit ${twoHost.code})`)
+} else if (twoHostCounts.passed === 0) {
+  failed = true
+  console.log('\ntwo-host suite ran no test: that is a failure')
+}
 
-const passed = unitCounts.passed + rdmaCounts.passed
-const failedCount = unitCounts.failed + rdmaCounts.failed + (failed && unitCounts.failed + rdmaCounts.failed === 0 ? 1 : 0)
-console.log(`\nunit: ${unitCounts.passed} passed, ${unitCounts.failed} failed; rdma: ${rdmaCounts.passed} passed, ${rdmaCounts.failed} failed`)
+const passed = unitCounts.passed + rdmaCounts.passed + twoHostCounts.passed
+const counted = unitCounts.failed + rdmaCounts.failed + twoHostCounts.failed
+const failedCount = counted + (failed && counted === 0 ? 1 : 0)
+console.log(`\nunit: ${unitCounts.passed} passed, ${unitCounts.failed} failed; rdma: ${rdmaCounts.passed} passed, ${rdmaCounts.failed} failed; two-host: ${twoHostCounts.passed} passed, ${twoHostCounts.failed} failed`)
 console.log(`${passed} passed, ${failedCount} failed`)
 process.exit(failed ? 1 : 0)
