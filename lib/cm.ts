@@ -38,6 +38,8 @@ export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
   privateData?: Uint8Array
   /** Bound on address and route resolution and connection (default 10000 ms). */
   timeoutMs?: number
+  /** Called with the new QP (state INIT) before rdma_connect: post receives here so the peer may send at once. */
+  beforeConnect?: (qp: QueuePair) => void
 }
 
 export interface ListenOptions {
@@ -328,6 +330,12 @@ function connParams(setup: ConnectionSetup, device: Device): [number, number] {
   return [responder, initiator]
 }
 
+function hook(value: unknown, name: string): ((qp: QueuePair) => void) | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'function') throw typeError('a function', name, value)
+  return value as (qp: QueuePair) => void
+}
+
 function privateData(value: unknown, name: string, max: number): Uint8Array | undefined {
   if (value === undefined) return undefined
   if (!(value instanceof Uint8Array)) throw typeError('a Buffer or Uint8Array', name, value)
@@ -350,6 +358,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
     await id.step('resolve address', () => id.native.resolveAddr(host, port, Math.max(1, deadline - Date.now())), 'ADDR_RESOLVED', left())
     await id.step('resolve route', () => id.native.resolveRoute(Math.max(1, deadline - Date.now())), 'ROUTE_RESOLVED', left())
     connection = new Connection(id, o as ConnectionSetup, undefined)
+    hook(o.beforeConnect, 'options.beforeConnect')?.(connection.qp)
     const [responder, initiator] = connParams(o as ConnectionSetup, connection.device)
     const event = await id.step('connect', () => id.native.connect(data, responder, initiator, 7, 7), 'ESTABLISHED', left())
     connection.established(event)
@@ -374,15 +383,17 @@ export class ConnectionRequest {
   get remoteAddress(): NativeAddress | null { return this.id.native.peerAddress() }
 
   /** Accepts: sets up the QP (posting receiveJson's receive first if asked) and waits for ESTABLISHED. */
-  async accept(options: ConnectionSetup & WaitOptions & { privateData?: Uint8Array } = {}): Promise<Connection> {
+  async accept(options: ConnectionSetup & WaitOptions & { privateData?: Uint8Array; beforeAccept?: (qp: QueuePair) => void } = {}): Promise<Connection> {
     if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
     this.#answered = true
-    const o = optionalObject(options, 'options') as ConnectionSetup & WaitOptions & { privateData?: Uint8Array }
+    const o = optionalObject(options, 'options') as ConnectionSetup & WaitOptions & { privateData?: Uint8Array; beforeAccept?: (qp: QueuePair) => void }
     let connection: Connection | undefined
     try {
       const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
       const data = privateData(o.privateData, 'options.privateData', 196)
       connection = new Connection(this.id, o, this.listener.pd)
+      // Receives posted here are in place before the peer can send (it may send as soon as it sees ESTABLISHED).
+      hook(o.beforeAccept, 'options.beforeAccept')?.(connection.qp)
       const [responder, initiator] = connParams(o, connection.device)
       const event = await this.id.step('accept', () => this.id.native.accept(data, responder, initiator, 7, 7), 'ESTABLISHED', wait)
       connection.established(event)

@@ -40,6 +40,8 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly #capacity: number
   readonly #onCompletions = (n: number): void => this.#dispatch(n) // held here: the addon holds it weakly
   #pending = 0
+  #referenced = false // whether the addon's watcher keeps the loop alive
+  #unrefScheduled = false
   #spinScheduled = false
   #drainScheduled = false
 
@@ -73,14 +75,30 @@ export class CompletionQueue extends Resource implements PendingCounter {
   /** @internal */
   addPending(): void {
     if (this.#pending++ === 0) {
-      this.handle.setWaiting(true)
+      if (!this.#referenced) {
+        this.#referenced = true
+        this.handle.setWaiting(true)
+      }
       if (this.pollMode === 'busy') this.#scheduleSpin()
     }
   }
 
   /** @internal */
   removePending(): void {
-    if (--this.#pending === 0 && !this.closed) this.handle.setWaiting(false)
+    // Unreference on a later turn: back-to-back requests (ping-pong) then
+    // cost no native call at all.
+    if (--this.#pending === 0 && !this.#unrefScheduled) {
+      this.#unrefScheduled = true
+      setImmediate(this.#unrefIfIdle)
+    }
+  }
+
+  readonly #unrefIfIdle = (): void => {
+    this.#unrefScheduled = false
+    if (this.#pending === 0 && this.#referenced && !this.closed) {
+      this.#referenced = false
+      this.handle.setWaiting(false)
+    }
   }
 
   /** Drains the queue now; returns the number of completions handled. */

@@ -151,6 +151,14 @@ export class Pending {
   }
 }
 
+/** The owner's queue was destroyed: the device is done with every buffer, and each request fails with `error`. */
+export function abandonAll(pendings: Iterable<Pending>, error: Error): void {
+  for (const pending of [...pendings]) {
+    pending.finish()
+    pending.reject(error)
+  }
+}
+
 export function completionError(entry: CompletionEntry, verb: string): RdmaError {
   const status = wcStatusNames[entry.status] ?? `STATUS_${entry.status}`
   return new RdmaError(`${verb} failed: ${status} (wr_id ${entry.wrId}, QP ${entry.qpn})`, {

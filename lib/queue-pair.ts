@@ -5,7 +5,7 @@ import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
 import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
-import { allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
+import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
 import { WorkQueueSlots } from './work-queue.js'
 import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
@@ -134,6 +134,11 @@ export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
 
 /** Validates local slices and returns their SGEs and regions. */
 export function localSges(local: unknown, name: string, maxSge: number): { sges: Sge[]; regions: MemoryRegion[]; length: number } {
+  if (local instanceof LocalSlice) { // the common case: one slice
+    local.region.assertUsable()
+    const sges = local.length > 0 ? [{ address: local.address, length: local.length, lkey: local.region.lkey }] : []
+    return { sges, regions: [local.region], length: local.length }
+  }
   const slices = Array.isArray(local) ? local : [local]
   if (slices.length > maxSge) throw rangeError(`at most ${maxSge} slices (the queue's max SGEs)`, name, slices.length)
   const sges: Sge[] = []
@@ -149,9 +154,10 @@ export function localSges(local: unknown, name: string, maxSge: number): { sges:
   return { sges, regions, length }
 }
 
-function immediate(value: unknown, name: string): number | undefined {
-  return value === undefined ? undefined : integer(value, name, 0, 0xffffffff)
-}
+const isU32 = (value: unknown): boolean => typeof value === 'number' && value >>> 0 === value
+const noResult = (): undefined => undefined
+/** Default options object: lets the hot path skip option parsing. */
+const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
 
 export class QueuePair extends Resource implements PendingOwner {
   protected readonly kind = 'QueuePair'
@@ -314,25 +320,18 @@ export class QueuePair extends Resource implements PendingOwner {
   // --- operations -------------------------------------------------------
 
   /** RDMA WRITE (WRITE_WITH_IMM with options.immediate) of the local bytes to the remote slice; lengths must match. */
-  write(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: WriteOptions = {}): Promise<void> {
-    return this.postBatch([{ op: 'write', local, remote, ...pick(options, 'immediate', 'inline') }], options)
+  write(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: WriteOptions = NO_OPTIONS): Promise<void> {
+    return this.#one('write', local, remote, options)
   }
 
   /** RDMA READ of the remote slice into the local slices; lengths must match. */
-  read(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: OpOptions = {}): Promise<void> {
-    return this.postBatch([{ op: 'read', local, remote }], options)
+  read(local: LocalSlice | readonly LocalSlice[], remote: RemoteSlice, options: OpOptions = NO_OPTIONS): Promise<void> {
+    return this.#one('read', local, remote, options)
   }
 
   /** SEND (SEND_WITH_IMM / SEND_WITH_INV with options); an empty array sends a zero-length message. */
-  send(local: LocalSlice | readonly LocalSlice[], options: SendOptions = {}): Promise<void> {
-    try {
-      const o = optionalObject(options, 'options')
-      const op: BatchOperation & { invalidateRkey?: number } = { op: 'send', local, ...pick(options, 'immediate', 'inline', 'dest') }
-      if (o.invalidateRkey !== undefined) op.invalidateRkey = integer(o.invalidateRkey, 'options.invalidateRkey', 0, 0xffffffff)
-      return this.postBatch([op], options)
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  send(local: LocalSlice | readonly LocalSlice[], options: SendOptions = NO_OPTIONS): Promise<void> {
+    return this.#one('send', local, undefined, options)
   }
 
   /** Posts a receive buffer; resolves when a message lands in it. */
@@ -372,7 +371,11 @@ export class QueuePair extends Resource implements PendingOwner {
         const wait = waitOptions(o)
         const mode = oneOf(o.completions, 'options.completions', ['last', 'each'] as const, 'last')
         const baseFlags = (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
-        const wrs = operations.map((op, i) => this.#sendWr(op, `operations[${i}]`, baseFlags))
+        const wrs = operations.map((op, i) => {
+          const name = `operations[${i}]`
+          const record = object(op, name)
+          return this.#sendWr(oneOf(record.op, `${name}.op`, ['write', 'read', 'send'] as const), record.local, record.remote, record, `${name}.local`, name, baseFlags)
+        })
         const regions = wrs.flatMap((w) => w.regions)
         const verb = operations.length === 1 ? operations[0]!.op : 'batch'
         // 'each' signals every request (one completion each); the promise
@@ -380,7 +383,9 @@ export class QueuePair extends Resource implements PendingOwner {
         this.#submit('send', verb, wrs.length, regions, wait, () => resolve(), reject, () => undefined, (first) => {
           wrs.forEach((w, i) => {
             const signaled = mode === 'each' || i === wrs.length - 1
-            encoder.addSend({ ...w.wr, wrId: first + i, flags: w.wr.flags | (signaled ? SendFlags.Signaled : 0) })
+            w.wr.wrId = first + i
+            if (signaled) w.wr.flags |= SendFlags.Signaled
+            encoder.addSend(w.wr)
           })
         })
       } catch (error) {
@@ -467,26 +472,29 @@ export class QueuePair extends Resource implements PendingOwner {
     })
   }
 
-  #sendWr(op: BatchOperation, name: string, baseFlags: number): { wr: SendWr; regions: MemoryRegion[]; verb: string } {
-    const o = object(op, name) as Record<string, unknown>
-    const kind = oneOf(o.op, `${name}.op`, ['write', 'read', 'send'] as const)
-    const { sges, regions, length } = localSges(o.local, `${name}.local`, this.caps.maxSendSge)
-    const inline = boolean(o.inline, `${name}.inline`, false)
+  /**
+   * Validates one write/read/send and builds its work request. Hot path:
+   * argument names for messages are only built when a check fails.
+   */
+  #sendWr(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, o: Record<string, unknown>, localName: string, name: string, baseFlags: number): { wr: SendWr; regions: MemoryRegion[] } {
+    const { sges, regions, length } = localSges(local, localName, this.caps.maxSendSge)
     let flags = baseFlags
-    if (inline) {
+    if (o.inline !== undefined && o.inline !== false) {
+      boolean(o.inline, `${name}.inline`, false)
       if (kind === 'read') throw typeError('no inline flag on a read', `${name}.inline`, true)
-      if (length > this.caps.maxInlineData) throw rangeError(`at most ${this.caps.maxInlineData} bytes inline (maxInlineData)`, `${name}.local`, length)
+      if (length > this.caps.maxInlineData) throw rangeError(`at most ${this.caps.maxInlineData} bytes inline (maxInlineData)`, localName, length)
       flags |= SendFlags.Inline
     }
+    const imm = o.immediate
+    if (imm !== undefined && !isU32(imm)) integer(imm, `${name}.immediate`, 0, 0xffffffff)
     const wr: SendWr = { wrId: 0, opcode: 0, flags, sges }
     if (kind === 'send') {
-      const imm = immediate(o.immediate, `${name}.immediate`)
       wr.opcode = imm === undefined ? WrOpcode.Send : WrOpcode.SendWithImm
-      if (imm !== undefined) wr.immOrRkey = imm
+      if (imm !== undefined) wr.immOrRkey = imm as number
       if (o.invalidateRkey !== undefined) {
         if (imm !== undefined) throw typeError('either immediate or invalidateRkey', name, o)
         wr.opcode = WrOpcode.SendWithInv
-        wr.immOrRkey = o.invalidateRkey as number
+        wr.immOrRkey = integer(o.invalidateRkey, `${name}.invalidateRkey`, 0, 0xffffffff)
       }
       if (this.type === 'UD') {
         const dest = object(o.dest, `${name}.dest`)
@@ -498,21 +506,38 @@ export class QueuePair extends Resource implements PendingOwner {
     } else {
       if (this.type === 'UD') throw new RdmaError(`${kind} needs a connected QP (RC or UC)`, { code: 'ERR_QP_TYPE' })
       if (kind === 'read' && this.type !== 'RC') throw new RdmaError('read needs an RC QP', { code: 'ERR_QP_TYPE' })
-      const remote = o.remote
-      if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', `${name}.remote`, remote)
-      if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, `${name}.remote.length`, remote.length)
+      if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', name === 'options' ? 'remote' : `${name}.remote`, remote)
+      if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, name === 'options' ? 'remote.length' : `${name}.remote.length`, remote.length)
       wr.remoteHi = remote.addrHi
       wr.remoteLo = remote.addrLo
       wr.rkey = remote.rkey
       if (kind === 'read') {
+        if (imm !== undefined) throw typeError('no immediate on a read', `${name}.immediate`, imm)
         wr.opcode = WrOpcode.RdmaRead
       } else {
-        const imm = immediate(o.immediate, `${name}.immediate`)
         wr.opcode = imm === undefined ? WrOpcode.RdmaWrite : WrOpcode.RdmaWriteWithImm
-        if (imm !== undefined) wr.immOrRkey = imm
+        if (imm !== undefined) wr.immOrRkey = imm as number
       }
     }
-    return { wr, regions, verb: kind }
+    return { wr, regions }
+  }
+
+  /** One signaled write, read or send: the common case, without batch bookkeeping. */
+  #one(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, options: unknown): Promise<void> {
+    return new Promise((resolve, reject) => {
+      try {
+        const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
+        const wait = o === NO_OPTIONS ? NO_OPTIONS : waitOptions(o)
+        const flags = SendFlags.Signaled | (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
+        const { wr, regions } = this.#sendWr(kind, local, remote, o, 'local', 'options', flags)
+        this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, (first) => {
+          wr.wrId = first
+          encoder.addSend(wr)
+        })
+      } catch (error) {
+        reject(error)
+      }
+    })
   }
 
   /**
@@ -607,10 +632,7 @@ export class QueuePair extends Resource implements PendingOwner {
     call(() => this.handle.close())
     // The device is done with every buffer this QP named.
     const error = closedError(this.kind)
-    for (const pending of [...this.#outstanding]) {
-      pending.finish()
-      pending.reject(error)
-    }
+    abandonAll(this.#outstanding, error)
     this.#sendSlots.fail(error)
     this.#recvSlots.fail(error)
   }

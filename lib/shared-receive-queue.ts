@@ -2,7 +2,7 @@
 import { native, type NativeSharedReceiveQueue } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import { allocateWrIds, Pending, type PendingOwner } from './pending.js'
+import { abandonAll, allocateWrIds, Pending, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder } from './work-request-encoding.js'
 import { integer, optionalObject, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -92,9 +92,6 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
   protected closeHandle(): void {
     call(() => this.handle.close())
     const error = closedError(this.kind)
-    for (const pending of [...this.#outstanding]) {
-      pending.finish()
-      pending.reject(error)
-    }
+    abandonAll(this.#outstanding, error)
   }
 }

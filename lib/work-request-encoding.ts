@@ -63,12 +63,20 @@ export class WorkRequestEncoder {
     w[at + 6] = wr.remoteLo ?? 0
     w[at + 7] = wr.remoteHi ?? 0
     w[at + 8] = wr.rkey ?? 0
-    const compareAdd = wr.compareAdd ?? 0n
-    const swap = wr.swap ?? 0n
-    w[at + 9] = Number(compareAdd & 0xffffffffn)
-    w[at + 10] = Number(compareAdd >> 32n)
-    w[at + 11] = Number(swap & 0xffffffffn)
-    w[at + 12] = Number(swap >> 32n)
+    if (wr.compareAdd === undefined) { // BigInt work only for atomics
+      w[at + 9] = 0
+      w[at + 10] = 0
+    } else {
+      w[at + 9] = Number(wr.compareAdd & 0xffffffffn)
+      w[at + 10] = Number(wr.compareAdd >> 32n)
+    }
+    if (wr.swap === undefined) {
+      w[at + 11] = 0
+      w[at + 12] = 0
+    } else {
+      w[at + 11] = Number(wr.swap & 0xffffffffn)
+      w[at + 12] = Number(wr.swap >> 32n)
+    }
     w[at + 13] = wr.ahId ?? 0
     w[at + 14] = wr.remoteQpn ?? 0
     w[at + 15] = wr.remoteQkey ?? 0

@@ -27,9 +27,10 @@ describe('the addon', () => {
 
   it('exports the documented public API', () => {
     expect(Object.keys(api).sort()).toEqual([
-      'Access', 'AddressHandle', 'CompletionQueue', 'Device', 'LocalSlice', 'MemoryRegion', 'MemoryWindow',
-      'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair', 'RdmaError', 'RemoteRegion', 'RemoteSlice',
-      'SharedReceiveQueue', 'listDevices', 'openDevice', 'remoteRegion', 'wcStatusNames',
+      'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
+      'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair',
+      'RdmaError', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
+      'encodeDescriptors', 'listDevices', 'listen', 'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 
