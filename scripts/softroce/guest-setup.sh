@@ -23,7 +23,8 @@ mark chroot
 . "$X/config.sh"   # SR_TOPOLOGY SR_HOST_INDEX SR_NETDEV SR_ADDR SR_PEER_ADDR SR_DEVICE
 
 mkdir -p /tmp /dev/shm /dev/pts /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# No tmpfs on /tmp: the overlay already makes it writable (and throwaway), and
+# a checkout under the host's /tmp (a CI clone, say) must stay visible.
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t tmpfs -o mode=755 tmpfs /run
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts 2>/dev/null
