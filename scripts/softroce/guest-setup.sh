@@ -20,7 +20,7 @@ rxe_fail() {
 mark() { read -r up _ </proc/uptime; printf '%s %s\n' "$up" "$*" >>"$X/timing"; }
 mark chroot
 # shellcheck source=/dev/null
-. "$X/config.sh"   # SR_TOPOLOGY SR_HOST_INDEX SR_NETDEV SR_ADDR SR_PEER_ADDR SR_DEVICE
+. "$X/config.sh"   # SR_TOPOLOGY SR_HOST_INDEX SR_NETDEV SR_ADDR SR_ADDR6 SR_PEER_ADDR SR_DEVICE
 
 mkdir -p /tmp /dev/shm /dev/pts /run
 # No tmpfs on /tmp: the overlay already makes it writable (and throwaway), and
@@ -58,6 +58,8 @@ else
   ip link add "$SR_NETDEV" type dummy || rxe_fail "ip link add $SR_NETDEV type dummy failed"
 fi
 ip addr add "$SR_ADDR/24" dev "$SR_NETDEV" || rxe_fail "ip addr add $SR_ADDR/24 dev $SR_NETDEV failed"
+# An IPv6 address too (unique local, no DAD delay): rdma_cm works over both.
+ip -6 addr add "$SR_ADDR6/64" dev "$SR_NETDEV" nodad || rxe_fail "ip -6 addr add $SR_ADDR6/64 dev $SR_NETDEV failed"
 ip link set "$SR_NETDEV" up || rxe_fail "ip link set $SR_NETDEV up failed"
 mark netdev
 msg=$(rdma link add "$SR_DEVICE" type rxe netdev "$SR_NETDEV" 2>&1) ||

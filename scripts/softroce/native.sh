@@ -4,6 +4,7 @@
 readonly SR_NATIVE_NETDEV=nibv0
 readonly SR_NATIVE_RXE=rxe_nibv0
 readonly SR_NATIVE_ADDR=198.18.0.1
+readonly SR_NATIVE_ADDR6=fd00:198:18::1
 
 # Can the running kernel give us an RDMA device? (ACTIVE port, or rxe loadable)
 sr_native_possible() {
@@ -34,6 +35,8 @@ sr_native_up() {
     SR_N_DEVICE=$dev
     SR_N_NETDEV=$(sr_dev_netdev "$dev" "$port")
     SR_N_ADDR=$(sr_netdev_addr "$SR_N_NETDEV")
+    SR_N_ADDR6=
+    [[ $dev == "$SR_NATIVE_RXE" ]] && SR_N_ADDR6=$SR_NATIVE_ADDR6
     return 0
   fi
   sr_is_root || sr_die "$SR_E_ENV" "no ACTIVE RDMA device; creating rxe needs root: sudo $SR_SELF up"
@@ -48,6 +51,9 @@ sr_native_up() {
   ip -4 -o addr show dev "$SR_NATIVE_NETDEV" | grep -q " $SR_NATIVE_ADDR/" ||
     ip addr add "$SR_NATIVE_ADDR/24" dev "$SR_NATIVE_NETDEV" ||
     sr_die "$SR_E_RXE" "ip addr add $SR_NATIVE_ADDR/24 dev $SR_NATIVE_NETDEV failed"
+  ip -6 -o addr show dev "$SR_NATIVE_NETDEV" | grep -q " $SR_NATIVE_ADDR6/" ||
+    ip -6 addr add "$SR_NATIVE_ADDR6/64" dev "$SR_NATIVE_NETDEV" nodad ||
+    sr_die "$SR_E_RXE" "ip -6 addr add $SR_NATIVE_ADDR6/64 dev $SR_NATIVE_NETDEV failed"
   ip link set "$SR_NATIVE_NETDEV" up || sr_die "$SR_E_RXE" "ip link set $SR_NATIVE_NETDEV up failed"
   if [[ ! -e /sys/class/infiniband/$SR_NATIVE_RXE ]]; then
     local msg
@@ -61,7 +67,7 @@ sr_native_up() {
   done
   grep -q ACTIVE "/sys/class/infiniband/$SR_NATIVE_RXE/ports/1/state" 2>/dev/null ||
     sr_die "$SR_E_RXE" "port 1 of $SR_NATIVE_RXE not ACTIVE within 20 s; try: $SR_SELF down && $SR_SELF up"
-  SR_N_DEVICE=$SR_NATIVE_RXE SR_N_NETDEV=$SR_NATIVE_NETDEV SR_N_ADDR=$SR_NATIVE_ADDR
+  SR_N_DEVICE=$SR_NATIVE_RXE SR_N_NETDEV=$SR_NATIVE_NETDEV SR_N_ADDR=$SR_NATIVE_ADDR SR_N_ADDR6=$SR_NATIVE_ADDR6
 }
 
 sr_native_down() {
@@ -108,7 +114,8 @@ sr_native_run() { # -- CMD...
   sr_native_up
   export SOFTROCE_MODE=native SOFTROCE_TOPOLOGY=single SOFTROCE_DEVICE=$SR_N_DEVICE
   export SOFTROCE_NETDEV=$SR_N_NETDEV SOFTROCE_ADDR=$SR_N_ADDR
-  unset SOFTROCE_HOST_INDEX SOFTROCE_PEER_ADDR
+  unset SOFTROCE_HOST_INDEX SOFTROCE_PEER_ADDR SOFTROCE_ADDR6
+  [[ -z ${SR_N_ADDR6:-} ]] || export SOFTROCE_ADDR6=$SR_N_ADDR6
   local pid rc=0 t0 el
   t0=$(date +%s)
   "$@" <&0 &

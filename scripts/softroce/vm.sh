@@ -30,8 +30,8 @@ sr_write_cmd() { # FILE INDEX -- CMD...
       [[ :$path: == *:$d:* ]] || path=$path:$d
     done
     printf 'export PATH=%q\n' "$path"
-    printf 'export SOFTROCE_MODE=vm SOFTROCE_TOPOLOGY=%q SOFTROCE_DEVICE=rxe0 SOFTROCE_NETDEV=%q SOFTROCE_ADDR=%q\n' \
-      "$SR_TOPOLOGY" "${SR_G_NETDEV[$idx]}" "${SR_G_ADDR[$idx]}"
+    printf 'export SOFTROCE_MODE=vm SOFTROCE_TOPOLOGY=%q SOFTROCE_DEVICE=rxe0 SOFTROCE_NETDEV=%q SOFTROCE_ADDR=%q SOFTROCE_ADDR6=%q\n' \
+      "$SR_TOPOLOGY" "${SR_G_NETDEV[$idx]}" "${SR_G_ADDR[$idx]}" "${SR_G_ADDR6[$idx]}"
     if [[ $SR_TOPOLOGY == two-host ]]; then
       printf 'export SOFTROCE_HOST_INDEX=%q SOFTROCE_PEER_ADDR=%q\n' "$idx" "${SR_G_PEER[$idx]}"
     fi
@@ -82,10 +82,10 @@ sr_vm_run() { # -- CMD...
   chmod 755 "$SR_RUN"
 
   local n=1 mem=${SR_MEMORY:-3072}
-  SR_G_NETDEV=(nibv0) SR_G_ADDR=(198.18.0.1) SR_G_PEER=("")
+  SR_G_NETDEV=(nibv0) SR_G_ADDR=(198.18.0.1) SR_G_ADDR6=(fd00:198:18::1) SR_G_PEER=("")
   if [[ $SR_TOPOLOGY == two-host ]]; then
     n=2 mem=${SR_MEMORY:-2048}
-    SR_G_NETDEV=(eth0 eth0) SR_G_ADDR=(198.18.0.1 198.18.0.2) SR_G_PEER=(198.18.0.2 198.18.0.1)
+    SR_G_NETDEV=(eth0 eth0) SR_G_ADDR=(198.18.0.1 198.18.0.2) SR_G_ADDR6=(fd00:198:18::1 fd00:198:18::2) SR_G_PEER=(198.18.0.2 198.18.0.1)
   fi
 
   local boot_timeout=${SOFTROCE_BOOT_TIMEOUT:-120} rxe_timeout=${SOFTROCE_RXE_TIMEOUT:-90}
@@ -97,7 +97,7 @@ sr_vm_run() { # -- CMD...
     cp "$SR_DIR/guest-setup.sh" "$x/guest-setup.sh"
     {
       printf 'SR_TOPOLOGY=%q SR_HOST_INDEX=%q SR_DEVICE=rxe0\n' "$SR_TOPOLOGY" "$i"
-      printf 'SR_NETDEV=%q SR_ADDR=%q SR_PEER_ADDR=%q\n' "${SR_G_NETDEV[$i]}" "${SR_G_ADDR[$i]}" "${SR_G_PEER[$i]}"
+      printf 'SR_NETDEV=%q SR_ADDR=%q SR_ADDR6=%q SR_PEER_ADDR=%q\n' "${SR_G_NETDEV[$i]}" "${SR_G_ADDR[$i]}" "${SR_G_ADDR6[$i]}" "${SR_G_PEER[$i]}"
     } >"$x/config.sh"
     sr_write_cmd "$x/cmd.sh" "$i" -- "$@"
     : >"$SR_RUN/out$i"; : >"$SR_RUN/err$i"; : >"$SR_RUN/console$i.log"

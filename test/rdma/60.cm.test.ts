@@ -62,6 +62,22 @@ describe('rdma_cm with a server in another process', () => {
   })
 })
 
+describe('rdma_cm over IPv6', () => {
+  // The environment puts an IPv6 address on the device's netdev (always in the guest).
+  const host6 = process.env.SOFTROCE_ADDR6
+  it.runIf(host6 !== undefined || process.env.SOFTROCE_MODE === 'vm')('connects and moves verified data over IPv6', async () => {
+    expect(host6, 'SOFTROCE_ADDR6').toBeDefined()
+    const v6 = await startServer(host6!)
+    try {
+      const conn = await exchange(host6!, v6.port, pd, 6)
+      expect(conn.remoteAddress).toMatchObject({ family: 'IPv6', address: host6 })
+      await conn.disconnect()
+    } finally {
+      await v6.stop()
+    }
+  })
+})
+
 describe('rdma_cm failures are typed errors', () => {
   it('a listener rejects with private data; the client sees ECONNREFUSED with it', async () => {
     const listener = await listen({ host, port: 0 })
