@@ -61,10 +61,17 @@ export interface DeviceAttributes {
 /** A device async event, e.g. { type: 'PORT_ACTIVE', port: 1 } or { type: 'QP_FATAL', qpn: 17 }. */
 export interface AsyncEvent { type: string; port?: number; qpn?: number; qp?: QueuePair; srq?: SharedReceiveQueue }
 
+/** ibv_event_type names (IBV_EVENT_*), by value. */
+const ASYNC_EVENTS = [
+  'CQ_ERR', 'QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR', 'COMM_EST', 'SQ_DRAINED', 'PATH_MIG', 'PATH_MIG_ERR',
+  'DEVICE_FATAL', 'PORT_ACTIVE', 'PORT_ERR', 'LID_CHANGE', 'PKEY_CHANGE', 'SM_CHANGE', 'SRQ_ERR',
+  'SRQ_LIMIT_REACHED', 'QP_LAST_WQE_REACHED', 'CLIENT_REREGISTER', 'GID_CHANGE', 'WQ_FATAL',
+]
 /** ibv_port_state names, by value. */
 const PORT_STATES = ['NOP', 'DOWN', 'INIT', 'ARMED', 'ACTIVE', 'ACTIVE_DEFER']
 const QP_EVENTS = new Set(['QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR', 'COMM_EST', 'SQ_DRAINED', 'PATH_MIG', 'PATH_MIG_ERR', 'QP_LAST_WQE_REACHED'])
 const PORT_EVENTS = new Set(['PORT_ACTIVE', 'PORT_ERR', 'LID_CHANGE', 'PKEY_CHANGE', 'GID_CHANGE', 'SM_CHANGE', 'CLIENT_REREGISTER'])
+// SRQ events name the SRQ by its kernel handle.
 const QP_FAILURES = new Set(['QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR'])
 
 /** The RDMA devices of this machine. */
@@ -185,8 +192,8 @@ export class Device extends Resource {
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
 
   /** @internal */
-  onAsyncEvent(type: string, detail: number): void {
-    const name = type.replace(/^IBV_EVENT_/, '').replace(/ /g, '_').toUpperCase()
+  onAsyncEvent(type: number, detail: number): void {
+    const name = ASYNC_EVENTS[type] ?? `EVENT_${type}`
     const event: AsyncEvent = { type: name }
     if (PORT_EVENTS.has(name)) event.port = detail
     if (QP_EVENTS.has(name)) {
@@ -197,7 +204,7 @@ export class Device extends Resource {
         if (QP_FAILURES.has(name)) qp.failed(new RdmaError(`QP ${detail}: ${name}`, { code: name, qpn: detail }))
       }
     }
-    if (name.startsWith('SRQ')) {
+    if (name === 'SRQ_ERR' || name === 'SRQ_LIMIT_REACHED') {
       const srq = this.#srqs.get(detail)?.deref()
       if (srq) event.srq = srq
     }

@@ -77,7 +77,7 @@ export interface NativeCmId {
 
 export interface NativeAddon {
   listDevices(): NativeDeviceInfo[]
-  setAsyncEventHandler(handler: (device: string, type: string, detail: number) => void): void
+  setAsyncEventHandler(handler: (device: string, type: number, detail: number) => void): void
   CmEventChannel: new (onEvent: (event: NativeCmEvent) => void) => NativeCmEventChannel
   CmId: new (channel: NativeCmEventChannel) => NativeCmId
   Context: new (name: string) => NativeContext

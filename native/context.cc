@@ -90,7 +90,7 @@ ibv_context* OpenOwned(Napi::Env env, const std::string& name) {
 }
 
 // Reads and acks every pending async event of a context and hands each to
-// the addon-wide handler as (deviceName, eventType, detail), where detail is
+// the addon-wide handler as (deviceName, ibv_event_type, detail), where detail is
 // the port number, QP number, or kernel handle of the object.
 void DrainAsyncEvents(Napi::Env env, AddonData* data, ibv_context* ctx) {
   std::string device = ibv_get_device_name(ctx->device);
@@ -120,11 +120,11 @@ void DrainAsyncEvents(Napi::Env env, AddonData* data, ibv_context* ctx) {
       default:
         detail = event.element.qp ? event.element.qp->qp_num : 0;
     }
-    std::string type = ibv_event_type_str(event.event_type);
+    uint32_t type = static_cast<uint32_t>(event.event_type);
     ibv_ack_async_event(&event);
     Napi::HandleScope scope(env);
     CallFromLoop(env, data->on_async_event,
-                 {Napi::String::New(env, device), Napi::String::New(env, type), Napi::Number::New(env, detail)});
+                 {Napi::String::New(env, device), Napi::Number::New(env, type), Napi::Number::New(env, detail)});
   }
 }
 
