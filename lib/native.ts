@@ -22,7 +22,7 @@ export interface NativeMemoryRegion {
   isDetached(): boolean
   close(): void
 }
-export interface NativeCompletionQueue { readonly entries: number; poll(): number; setWaiting(waiting: boolean): void; close(): void }
+export interface NativeCompletionQueue { readonly entries: number; poll(): number; setWaiting(waiting: boolean): void; setRearm(rearm: boolean): void; close(): void }
 export interface NativeQpCaps { maxSendWr: number; maxRecvWr: number; maxSendSge: number; maxRecvSge: number; maxInlineData: number }
 export interface NativeQueuePair {
   readonly qpn: number

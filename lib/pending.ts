@@ -63,14 +63,19 @@ export class Pending {
     readonly verb: string,
     readonly firstWrId: number,
     public lastWrId: number,
-    readonly regions: readonly MemoryRegion[],
-    private readonly resolveFn: (entry: CompletionEntry) => void,
+    /** The regions the request names: one, or several (an array). */
+    readonly regions: MemoryRegion | readonly MemoryRegion[],
+    private readonly resolveFn: (value: any) => void, // eslint-disable-line @typescript-eslint/no-explicit-any
     private readonly rejectFn: (error: Error) => void,
+    /** Turns the completion into the resolved value (default: the entry itself, which is reused: copy what you keep). */
+    private readonly transform?: (entry: CompletionEntry) => unknown,
   ) {}
 
   /** Registers the request as in flight (call right before posting). */
   track(wait: WaitOptions): void {
-    for (const region of this.regions) region.inflight++
+    const regions = this.regions
+    if (Array.isArray(regions)) for (const region of regions) region.inflight++
+    else (regions as MemoryRegion).inflight++
     byLastWrId.set(this.lastWrId, this)
     this.counter?.addPending()
     if (wait.timeoutMs !== undefined) {
@@ -117,7 +122,12 @@ export class Pending {
       if (entry.wrId === this.lastWrId && !this.settled) {
         this.settled = true
         this.clearWait()
-        this.resolveFn(entry)
+        const transform = this.transform
+        if (transform === undefined) {
+          this.resolveFn(entry)
+        } else {
+          try { this.resolveFn(transform(entry)) } catch (error) { this.rejectFn(error as Error) }
+        }
       }
       return
     }
@@ -138,7 +148,9 @@ export class Pending {
     if (this.finished) return
     this.finished = true
     byLastWrId.delete(this.lastWrId)
-    for (const region of this.regions) region.inflight--
+    const regions = this.regions
+    if (Array.isArray(regions)) for (const region of regions) region.inflight--
+    else (regions as MemoryRegion).inflight--
     this.counter?.removePending()
     this.owner.released(this)
   }

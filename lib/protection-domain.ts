@@ -77,13 +77,23 @@ export class ProtectionDomain extends Resource {
 
   /** @internal 8 bytes of registered memory for an atomic's result. */
   atomicSlot(): { slice: LocalSlice; release: () => void } {
+    const slice = this.takeAtomicSlot()
+    return { slice, release: () => this.returnAtomicSlot(slice) }
+  }
+
+  /** @internal An 8-byte slot of library-owned memory; give it back with returnAtomicSlot(). */
+  takeAtomicSlot(): LocalSlice {
     if (this.#freeSlots.length === 0) {
       const region = this.allocRegion(SLOT * SLOTS_PER_PAGE, Access.LocalWrite)
       this.#atomicRegions.push(region)
       for (let i = 0; i < SLOTS_PER_PAGE; i++) this.#freeSlots.push(region.slice(i * SLOT, SLOT))
     }
-    const slice = this.#freeSlots.pop()!
-    return { slice, release: () => this.#freeSlots.push(slice) }
+    return this.#freeSlots.pop()!
+  }
+
+  /** @internal */
+  returnAtomicSlot(slice: LocalSlice): void {
+    this.#freeSlots.push(slice)
   }
 
   protected override onClose(): void {

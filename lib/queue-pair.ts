@@ -133,11 +133,13 @@ export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
 }
 
 /** Validates local slices and returns their SGEs and regions. */
-export function localSges(local: unknown, name: string, maxSge: number): { sges: Sge[]; regions: MemoryRegion[]; length: number } {
+export function localSges(local: unknown, name: string, maxSge: number): { sges: Sge[]; regions: MemoryRegion | MemoryRegion[]; length: number } {
   if (local instanceof LocalSlice) { // the common case: one slice
-    local.region.assertUsable()
-    const sges = local.length > 0 ? [{ address: local.address, length: local.length, lkey: local.region.lkey }] : []
-    return { sges, regions: [local.region], length: local.length }
+    const region = local.region
+    region.assertUsable()
+    const length = local.length
+    const sges = length > 0 ? [{ address: region.address + local.offset, length, lkey: region.lkey }] : []
+    return { sges, regions: region, length }
   }
   const slices = Array.isArray(local) ? local : [local]
   if (slices.length > maxSge) throw rangeError(`at most ${maxSge} slices (the queue's max SGEs)`, name, slices.length)
@@ -153,6 +155,17 @@ export function localSges(local: unknown, name: string, maxSge: number): { sges:
   }
   return { sges, regions, length }
 }
+
+/** The unsigned little-endian 64-bit value at bytes[at..at+8). */
+function readUint64LE(bytes: Uint8Array, at: number): bigint {
+  const lo = (bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)) >>> 0
+  const hi = (bytes[at + 4]! | (bytes[at + 5]! << 8) | (bytes[at + 6]! << 16) | (bytes[at + 7]! << 24)) >>> 0
+  return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo)
+}
+
+/** Argument names for messages: index -1 is a single operation, else operations[index]. */
+const opNameOf = (index: number): string => index < 0 ? 'options' : `operations[${index}]`
+const localNameOf = (index: number): string => index < 0 ? 'local' : `operations[${index}].local`
 
 const isU32 = (value: unknown): boolean => typeof value === 'number' && value >>> 0 === value
 const noResult = (): undefined => undefined
@@ -349,13 +362,13 @@ export class QueuePair extends Resource implements PendingOwner {
   }
 
   /** Atomic compare-and-swap on 8 remote bytes; resolves with the value before the operation. */
-  compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = {}): Promise<bigint> {
-    return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, () => [uint64(compare, 'compare'), uint64(swap, 'swap')], options)
+  compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
+    return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, compare, 'compare', swap, 'swap', options)
   }
 
   /** Atomic fetch-and-add on 8 remote bytes; resolves with the value before the addition. */
-  fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = {}): Promise<bigint> {
-    return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, () => [uint64(add, 'add'), 0n], options)
+  fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
+    return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, add, 'add', 0n, undefined, options)
   }
 
   /**
@@ -372,15 +385,17 @@ export class QueuePair extends Resource implements PendingOwner {
         const mode = oneOf(o.completions, 'options.completions', ['last', 'each'] as const, 'last')
         const baseFlags = (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
         const wrs = operations.map((op, i) => {
-          const name = `operations[${i}]`
-          const record = object(op, name)
-          return this.#sendWr(oneOf(record.op, `${name}.op`, ['write', 'read', 'send'] as const), record.local, record.remote, record, `${name}.local`, name, baseFlags)
+          // Argument names are only built when a check fails.
+          const record = typeof op === 'object' && op !== null && !Array.isArray(op) ? op as unknown as Record<string, unknown> : object(op, opNameOf(i))
+          const kind = record.op === 'write' || record.op === 'read' || record.op === 'send' ? record.op
+            : oneOf(record.op, `${opNameOf(i)}.op`, ['write', 'read', 'send'] as const)
+          return this.#sendWr(kind, record.local, record.remote, record, i, baseFlags)
         })
         const regions = wrs.flatMap((w) => w.regions)
         const verb = operations.length === 1 ? operations[0]!.op : 'batch'
         // 'each' signals every request (one completion each); the promise
         // still settles once, on the last completion or the first failure.
-        this.#submit('send', verb, wrs.length, regions, wait, () => resolve(), reject, () => undefined, (first) => {
+        this.#submit('send', verb, wrs.length, regions, wait, resolve, reject, noResult, (first) => {
           wrs.forEach((w, i) => {
             const signaled = mode === 'each' || i === wrs.length - 1
             w.wr.wrId = first + i
@@ -433,39 +448,44 @@ export class QueuePair extends Resource implements PendingOwner {
     })
   }
 
-  #atomic(verb: string, opcode: number, remote: RemoteSlice, operands: () => [bigint, bigint], options: AtomicOptions): Promise<bigint> {
+  #atomic(verb: string, opcode: number, remote: RemoteSlice, first: unknown, firstName: string, second: unknown, secondName: string | undefined,
+    options: AtomicOptions): Promise<bigint> {
     return new Promise((resolve, reject) => {
       try {
-        const [compareAdd, swap] = operands()
+        const compareAdd = uint64(first, firstName)
+        const swap = secondName === undefined ? 0n : uint64(second, secondName)
         if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice', 'remote', remote)
         if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
-        const o = optionalObject(options, 'options')
-        const wait = waitOptions(o)
+        const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
+        const wait = o === NO_OPTIONS ? NO_OPTIONS : waitOptions(o)
         let local: LocalSlice
-        let release = () => {}
+        let owned = false // a library-owned slot, returned once the device is done with it
         if (o.local !== undefined) {
           local = instance(o.local, 'options.local', LocalSlice)
           if (local.length !== 8) throw rangeError('a local slice of 8 bytes', 'options.local.length', local.length)
           local.region.assertUsable()
         } else {
-          const slot = this.pd.atomicSlot()
-          local = slot.slice
-          release = slot.release
+          local = this.pd.takeAtomicSlot()
+          owned = true
         }
-        const view = new DataView(local.region.bytes.buffer, local.region.bytes.byteOffset + local.offset, 8)
-        this.#submit('send', verb, 1, [local.region], wait,
-          (value: bigint) => { release(); resolve(value) },
+        const wr: SendWr = {
+          wrId: 0, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }],
+          remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
+        }
+        const pd = this.pd
+        this.#submit('send', verb, 1, local.region, wait,
+          (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
+            const value = readUint64LE(local.region.bytes, local.offset)
+            if (owned) pd.returnAtomicSlot(local)
+            resolve(value)
+          },
           (error) => {
             // After a timeout or abort the device may still write the slot.
             const code = (error as RdmaError).code
-            if (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR') release()
+            if (owned && code !== 'ETIMEDOUT' && code !== 'ABORT_ERR') pd.returnAtomicSlot(local)
             reject(error)
           },
-          () => view.getBigUint64(0, true),
-          (first) => encoder.addSend({
-            wrId: first, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }],
-            remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
-          }))
+          undefined, wr)
       } catch (error) {
         reject(error)
       }
@@ -476,43 +496,54 @@ export class QueuePair extends Resource implements PendingOwner {
    * Validates one write/read/send and builds its work request. Hot path:
    * argument names for messages are only built when a check fails.
    */
-  #sendWr(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, o: Record<string, unknown>, localName: string, name: string, baseFlags: number): { wr: SendWr; regions: MemoryRegion[] } {
-    const { sges, regions, length } = localSges(local, localName, this.caps.maxSendSge)
+  #sendWr(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, o: Record<string, unknown>, index: number, baseFlags: number): { wr: SendWr; regions: MemoryRegion | MemoryRegion[] } {
+    let sges: Sge[]
+    let regions: MemoryRegion | MemoryRegion[]
+    let length: number
+    if (local instanceof LocalSlice) { // the common case: one slice
+      const region = local.region
+      region.assertUsable()
+      length = local.length
+      sges = length > 0 ? [{ address: region.address + local.offset, length, lkey: region.lkey }] : []
+      regions = region
+    } else {
+      ({ sges, regions, length } = localSges(local, localNameOf(index), this.caps.maxSendSge))
+    }
     let flags = baseFlags
     if (o.inline !== undefined && o.inline !== false) {
-      boolean(o.inline, `${name}.inline`, false)
-      if (kind === 'read') throw typeError('no inline flag on a read', `${name}.inline`, true)
-      if (length > this.caps.maxInlineData) throw rangeError(`at most ${this.caps.maxInlineData} bytes inline (maxInlineData)`, localName, length)
+      boolean(o.inline, `${opNameOf(index)}.inline`, false)
+      if (kind === 'read') throw typeError('no inline flag on a read', `${opNameOf(index)}.inline`, true)
+      if (length > this.caps.maxInlineData) throw rangeError(`at most ${this.caps.maxInlineData} bytes inline (maxInlineData)`, localNameOf(index), length)
       flags |= SendFlags.Inline
     }
     const imm = o.immediate
-    if (imm !== undefined && !isU32(imm)) integer(imm, `${name}.immediate`, 0, 0xffffffff)
+    if (imm !== undefined && !isU32(imm)) integer(imm, `${opNameOf(index)}.immediate`, 0, 0xffffffff)
     const wr: SendWr = { wrId: 0, opcode: 0, flags, sges }
     if (kind === 'send') {
       wr.opcode = imm === undefined ? WrOpcode.Send : WrOpcode.SendWithImm
       if (imm !== undefined) wr.immOrRkey = imm as number
       if (o.invalidateRkey !== undefined) {
-        if (imm !== undefined) throw typeError('either immediate or invalidateRkey', name, o)
+        if (imm !== undefined) throw typeError('either immediate or invalidateRkey', opNameOf(index), o)
         wr.opcode = WrOpcode.SendWithInv
-        wr.immOrRkey = integer(o.invalidateRkey, `${name}.invalidateRkey`, 0, 0xffffffff)
+        wr.immOrRkey = integer(o.invalidateRkey, `${opNameOf(index)}.invalidateRkey`, 0, 0xffffffff)
       }
       if (this.type === 'UD') {
-        const dest = object(o.dest, `${name}.dest`)
-        const ah = instance(dest.ah, `${name}.dest.ah`, AddressHandle)
+        const dest = object(o.dest, `${opNameOf(index)}.dest`)
+        const ah = instance(dest.ah, `${opNameOf(index)}.dest.ah`, AddressHandle)
         wr.ahId = ah.id
-        wr.remoteQpn = integer(dest.qpn, `${name}.dest.qpn`, 0, 0xffffff)
-        wr.remoteQkey = integer(dest.qkey, `${name}.dest.qkey`, 0, 0xffffffff)
+        wr.remoteQpn = integer(dest.qpn, `${opNameOf(index)}.dest.qpn`, 0, 0xffffff)
+        wr.remoteQkey = integer(dest.qkey, `${opNameOf(index)}.dest.qkey`, 0, 0xffffffff)
       }
     } else {
       if (this.type === 'UD') throw new RdmaError(`${kind} needs a connected QP (RC or UC)`, { code: 'ERR_QP_TYPE' })
       if (kind === 'read' && this.type !== 'RC') throw new RdmaError('read needs an RC QP', { code: 'ERR_QP_TYPE' })
-      if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', name === 'options' ? 'remote' : `${name}.remote`, remote)
-      if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, name === 'options' ? 'remote.length' : `${name}.remote.length`, remote.length)
+      if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', index < 0 ? 'remote' : `${opNameOf(index)}.remote`, remote)
+      if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, index < 0 ? 'remote.length' : `${opNameOf(index)}.remote.length`, remote.length)
       wr.remoteHi = remote.addrHi
       wr.remoteLo = remote.addrLo
       wr.rkey = remote.rkey
       if (kind === 'read') {
-        if (imm !== undefined) throw typeError('no immediate on a read', `${name}.immediate`, imm)
+        if (imm !== undefined) throw typeError('no immediate on a read', `${opNameOf(index)}.immediate`, imm)
         wr.opcode = WrOpcode.RdmaRead
       } else {
         wr.opcode = imm === undefined ? WrOpcode.RdmaWrite : WrOpcode.RdmaWriteWithImm
@@ -529,11 +560,8 @@ export class QueuePair extends Resource implements PendingOwner {
         const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
         const wait = o === NO_OPTIONS ? NO_OPTIONS : waitOptions(o)
         const flags = SendFlags.Signaled | (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
-        const { wr, regions } = this.#sendWr(kind, local, remote, o, 'local', 'options', flags)
-        this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, (first) => {
-          wr.wrId = first
-          encoder.addSend(wr)
-        })
+        const { wr, regions } = this.#sendWr(kind, local, remote, o, -1, flags)
+        this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, wr)
       } catch (error) {
         reject(error)
       }
@@ -543,10 +571,12 @@ export class QueuePair extends Resource implements PendingOwner {
   /**
    * Common path of every operation: checks the QP, waits for queue slots,
    * tracks the request, encodes it and posts it with one native call.
+   * `encode` is either a prepared send WR (its wrId is filled in) or a
+   * function that encodes the requests from the first wr_id.
    */
-  #submit<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion[], wait: WaitOptions,
-    resolve: (value: T) => void, reject: (error: Error) => void, transform: (entry: CompletionEntry) => T,
-    encode: (firstWrId: number) => void, custom = false): void {
+  #submit<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
+    resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
+    encode: SendWr | ((firstWrId: number) => void), custom = false): void {
     this.assertOpen()
     if (this.#error) throw this.#stateError(verb)
     if (queue === 'send' ? this.#state !== 'RTS' : this.#state === 'RESET') {
@@ -554,43 +584,55 @@ export class QueuePair extends Resource implements PendingOwner {
     }
     const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
     if (count > slots.capacity) throw rangeError(`at most ${slots.capacity} work requests (the queue depth)`, 'operations.length', count)
-    const post = () => {
-      if (this.closed) return reject(closedError(this.kind))
-      if (this.#error) return reject(this.#stateError(verb))
-      const first = allocateWrIds(count)
-      const counter = queue === 'send' ? this.sendCq : (this.recvCq)
-      const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions,
-        (entry) => {
-          try { resolve(transform(entry)) } catch (error) { reject(error as Error) }
-        }, reject)
-      let encoded = false
-      try {
-        encoder.reset()
-        pending.track(wait)
-        this.#outstanding.add(pending)
-        slots.used += count
-        encode(first)
-        encoded = true
-        if (!custom) {
-          if (queue === 'send') this.handle.postSend(encoder.buffer, encoder.count)
-          else this.handle.postRecv(encoder.buffer, encoder.count)
-        }
-      } catch (cause) {
-        const error = encoded || custom ? fromNative(cause) : (cause as Error)
-        const posted = (error as RdmaError).posted ?? 0
-        if (posted === 0) {
-          pending.untrack()
-        } else {
-          // Part of a batch reached the queue; its final, signaled request did
-          // not. Flush the posted ones through the error state so they complete.
-          slots.release(count - posted)
-          pending.truncate(posted)
-          try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
-        }
-        pending.reject(error)
-      }
+    if (slots.fitsNow(count)) {
+      this.#post(queue, verb, count, regions, wait, resolve, reject, transform, encode, custom)
+    } else {
+      slots.whenFree(count, () => this.#post(queue, verb, count, regions, wait, resolve, reject, transform, encode, custom), reject)
     }
-    slots.whenFree(count, post, reject)
+  }
+
+  #post<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
+    resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
+    encode: SendWr | ((firstWrId: number) => void), custom: boolean): void {
+    if (this.closed) return reject(closedError(this.kind))
+    if (this.#error) return reject(this.#stateError(verb))
+    const first = allocateWrIds(count)
+    const counter = queue === 'send' ? this.sendCq : this.recvCq
+    const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
+    let encoded = false
+    try {
+      encoder.reset()
+      pending.track(wait)
+      this.#outstanding.add(pending)
+      ;(queue === 'send' ? this.#sendSlots : this.#recvSlots).used += count
+      if (typeof encode === 'function') {
+        encode(first)
+      } else {
+        encode.wrId = first
+        encoder.addSend(encode)
+      }
+      encoded = true
+      if (!custom) {
+        if (queue === 'send') this.handle.postSend(encoder.buffer, encoder.count)
+        else this.handle.postRecv(encoder.buffer, encoder.count)
+      }
+    } catch (cause) {
+      const error = encoded || custom ? fromNative(cause) : (cause as Error)
+      const posted = (error as RdmaError).posted ?? 0
+      if (posted === 0) {
+        pending.untrack()
+      } else {
+        // Part of a batch reached the queue; its final, signaled request did
+        // not. Flush the posted ones through the error state so they complete.
+        ;(queue === 'send' ? this.#sendSlots : this.#recvSlots).release(count - posted)
+        pending.truncate(posted)
+        try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
+      }
+      pending.reject(error)
+      return
+    }
+    // Posted: settle it now if the device already completed it.
+    if (queue === 'send') this.sendCq.pollAfterPost()
   }
 
   #stateError(verb: string): RdmaError {

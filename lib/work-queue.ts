@@ -9,6 +9,11 @@ export class WorkQueueSlots {
 
   constructor(readonly capacity: number) {}
 
+  /** Whether `slots` can be posted now (nothing waits before them and they fit). */
+  fitsNow(slots: number): boolean {
+    return this.#waiting.length === 0 && this.used + slots <= this.capacity
+  }
+
   /** Runs post() now if `slots` fit, else when they do (or reject() if the queue is failed first). */
   whenFree(slots: number, post: () => void, reject: (error: Error) => void): void {
     if (this.#waiting.length === 0 && this.used + slots <= this.capacity) post()

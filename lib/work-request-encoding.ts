@@ -67,15 +67,13 @@ export class WorkRequestEncoder {
       w[at + 9] = 0
       w[at + 10] = 0
     } else {
-      w[at + 9] = Number(wr.compareAdd & 0xffffffffn)
-      w[at + 10] = Number(wr.compareAdd >> 32n)
+      writeU64(w, at + 9, wr.compareAdd)
     }
     if (wr.swap === undefined) {
       w[at + 11] = 0
       w[at + 12] = 0
     } else {
-      w[at + 11] = Number(wr.swap & 0xffffffffn)
-      w[at + 12] = Number(wr.swap >> 32n)
+      writeU64(w, at + 11, wr.swap)
     }
     w[at + 13] = wr.ahId ?? 0
     w[at + 14] = wr.remoteQpn ?? 0
@@ -94,6 +92,17 @@ export class WorkRequestEncoder {
     w[at + 3] = 0
     writeSges(w, at + RECV_HEADER, sges)
     this.count++
+  }
+}
+
+/** Low word, then high word; values below 2^32 (the usual operands) allocate no BigInt. */
+function writeU64(w: Uint32Array, at: number, value: bigint): void {
+  if (value >= 0n && value <= 0xffffffffn) {
+    w[at] = Number(value)
+    w[at + 1] = 0
+  } else {
+    w[at] = Number(value & 0xffffffffn)
+    w[at + 1] = Number(value >> 32n)
   }
 }
 

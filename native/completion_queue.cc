@@ -52,6 +52,7 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     return DefineClass(env, "CompletionQueue",
                        {InstanceMethod("poll", &CompletionQueueWrap::Poll),
                         InstanceMethod("setWaiting", &CompletionQueueWrap::SetWaiting),
+                        InstanceMethod("setRearm", &CompletionQueueWrap::SetRearm),
                         InstanceMethod("close", &CompletionQueueWrap::CloseMethod),
                         InstanceAccessor("entries", &CompletionQueueWrap::Entries, nullptr)});
   }
@@ -118,10 +119,14 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     unsigned events = 0;
     ibv_cq* cq = nullptr;
     void* cq_context = nullptr;
-    while (res->channel && ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) events++;
+    // One event at most per arming (this channel serves this CQ only, and it is
+    // re-armed below), so one read suffices: reading again until EAGAIN would
+    // cost a second syscall on every wake. Should another event be queued, the
+    // fd stays readable and the (level-triggered) watcher comes back for it.
+    if (res->channel && ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) events++;
     if (!res->cq) return;
     if (events) ibv_ack_cq_events(res->cq, events);
-    ibv_req_notify_cq(res->cq, 0);
+    if (res->rearm) ibv_req_notify_cq(res->cq, 0);
     Napi::HandleScope scope(env);
     int n = PollInto(res);
     if (n != 0) CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
@@ -145,6 +150,18 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     } else {
       res->watcher.Unref();
     }
+    return env.Undefined();
+  }
+
+  // setRearm(false): busy polling finds every completion from the loop, so the
+  // channel is not re-armed after its next event (no wakeups, no syscalls).
+  // setRearm(true) arms it again.
+  Napi::Value SetRearm(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CqResource* res = Live(env, resource, "CompletionQueue");
+    bool rearm = info.Length() > 0 && info[0].ToBoolean();
+    if (rearm && !res->rearm) ibv_req_notify_cq(res->cq, 0);
+    res->rearm = rearm;
     return env.Undefined();
   }
 

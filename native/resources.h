@@ -60,6 +60,7 @@ struct CqResource : Resource {
   uint32_t* output_words = nullptr;
   uint32_t output_capacity = 0;  // completions that fit
   std::vector<ibv_wc> wcs;
+  bool rearm = true;  // false for busy polling: the loop polls, no wakeups needed
   ~CqResource() override { Close(); }
   int DestroyHandle() override;
 };
