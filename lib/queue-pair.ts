@@ -15,7 +15,15 @@ import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
 
+/** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
+
+/** Sends gathered during one turn of the event loop, posted together. */
+class SendBatch {
+  readonly encoder = new WorkRequestEncoder()
+  entries: Array<{ pending: Pending; count: number; wordStart: number }> = []
+  wrs = 0
+}
 
 export interface QueuePairOptions {
   type?: QpTypeName
@@ -189,6 +197,9 @@ export class QueuePair extends Resource implements PendingOwner {
   readonly #gidIndex: number | undefined
   readonly #outstanding = new Set<Pending>()
   readonly #sendSlots: WorkQueueSlots
+  #sendBatch = new SendBatch()
+  #spareBatch = new SendBatch()
+  #flushScheduled = false
   readonly #recvSlots: WorkQueueSlots
 
   /**
@@ -354,7 +365,7 @@ export class QueuePair extends Resource implements PendingOwner {
         const wait = waitOptions(options)
         if (this.srq) throw new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' })
         const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge)
-        this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first) => encoder.addRecv(first, sges))
+        this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first, enc) => enc.addRecv(first, sges))
       } catch (error) {
         reject(error)
       }
@@ -395,12 +406,12 @@ export class QueuePair extends Resource implements PendingOwner {
         const verb = operations.length === 1 ? operations[0]!.op : 'batch'
         // 'each' signals every request (one completion each); the promise
         // still settles once, on the last completion or the first failure.
-        this.#submit('send', verb, wrs.length, regions, wait, resolve, reject, noResult, (first) => {
+        this.#submit('send', verb, wrs.length, regions, wait, resolve, reject, noResult, (first, enc) => {
           wrs.forEach((w, i) => {
             const signaled = mode === 'each' || i === wrs.length - 1
             w.wr.wrId = first + i
             if (signaled) w.wr.flags |= SendFlags.Signaled
-            encoder.addSend(w.wr)
+            enc.addSend(w.wr)
           })
         })
       } catch (error) {
@@ -439,8 +450,8 @@ export class QueuePair extends Resource implements PendingOwner {
     return new Promise((resolve, reject) => {
       try {
         integer(rkey, 'rkey', 0, 0xffffffff)
-        this.#submit('send', 'invalidate', 1, [], waitOptions(options), () => resolve(), reject, () => undefined, (first) => {
-          encoder.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })
+        this.#submit('send', 'invalidate', 1, [], waitOptions(options), () => resolve(), reject, () => undefined, (first, enc) => {
+          enc.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })
         })
       } catch (error) {
         reject(error)
@@ -576,7 +587,7 @@ export class QueuePair extends Resource implements PendingOwner {
    */
   #submit<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
     resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
-    encode: SendWr | ((firstWrId: number) => void), custom = false): void {
+    encode: SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void), custom = false): void {
     this.assertOpen()
     if (this.#error) throw this.#stateError(verb)
     if (queue === 'send' ? this.#state !== 'RTS' : this.#state === 'RESET') {
@@ -593,46 +604,122 @@ export class QueuePair extends Resource implements PendingOwner {
 
   #post<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
     resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
-    encode: SendWr | ((firstWrId: number) => void), custom: boolean): void {
+    encode: SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void), custom: boolean): void {
     if (this.closed) return reject(closedError(this.kind))
     if (this.#error) return reject(this.#stateError(verb))
     const first = allocateWrIds(count)
     const counter = queue === 'send' ? this.sendCq : this.recvCq
     const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
+    if (queue === 'send' && !custom) {
+      // Sends made in the same turn of the event loop are posted together, with
+      // one native call (one doorbell) when the turn's synchronous work is done.
+      const batch = this.#sendBatch
+      const wordStart = batch.encoder.used
+      try {
+        if (typeof encode === 'function') {
+          encode(first, batch.encoder)
+        } else {
+          encode.wrId = first
+          batch.encoder.addSend(encode)
+        }
+      } catch (error) {
+        batch.encoder.truncate(wordStart, batch.wrs)
+        return reject(error as Error)
+      }
+      pending.track(wait)
+      this.#outstanding.add(pending)
+      this.#sendSlots.used += count
+      batch.entries.push({ pending, count, wordStart })
+      batch.wrs += count
+      // Inline data is copied when posted: post now, so the caller may reuse
+      // its buffer as soon as the call returns.
+      if (batch.encoder.hasInline) return this.#flushSends()
+      if (!this.#flushScheduled) {
+        this.#flushScheduled = true
+        queueMicrotask(this.#flushSends)
+      }
+      return
+    }
     let encoded = false
     try {
+      if (custom) this.#flushSends() // keep the send queue's order
       encoder.reset()
       pending.track(wait)
       this.#outstanding.add(pending)
       ;(queue === 'send' ? this.#sendSlots : this.#recvSlots).used += count
       if (typeof encode === 'function') {
-        encode(first)
+        encode(first, encoder)
       } else {
         encode.wrId = first
         encoder.addSend(encode)
       }
       encoded = true
-      if (!custom) {
-        if (queue === 'send') this.handle.postSend(encoder.buffer, encoder.count)
-        else this.handle.postRecv(encoder.buffer, encoder.count)
-      }
+      if (!custom) this.handle.postRecv(encoder.buffer, encoder.count)
     } catch (cause) {
       const error = encoded || custom ? fromNative(cause) : (cause as Error)
-      const posted = (error as RdmaError).posted ?? 0
-      if (posted === 0) {
-        pending.untrack()
-      } else {
-        // Part of a batch reached the queue; its final, signaled request did
-        // not. Flush the posted ones through the error state so they complete.
-        ;(queue === 'send' ? this.#sendSlots : this.#recvSlots).release(count - posted)
-        pending.truncate(posted)
-        try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
-      }
-      pending.reject(error)
+      this.#refused(pending, count, error, queue === 'send' ? this.#sendSlots : this.#recvSlots)
       return
     }
     // Posted: settle it now if the device already completed it.
     if (queue === 'send') this.sendCq.pollAfterPost()
+  }
+
+  /** Posts the sends gathered this turn; a request the provider refuses fails alone. */
+  readonly #flushSends = (): void => {
+    this.#flushScheduled = false
+    const batch = this.#sendBatch
+    if (batch.entries.length === 0) return
+    // Swap buffers: sends made while this one is posted (e.g. by requests that
+    // were waiting for the slots a refused request frees) go to the other.
+    this.#sendBatch = this.#spareBatch
+    this.#spareBatch = batch
+    const { entries, wrs: total } = batch
+    try {
+      if (this.closed) return // closing rejected them already
+      let index = 0
+      let wrsBefore = 0
+      while (index < entries.length) {
+        try {
+          this.handle.postSend(batch.encoder.buffer.subarray(entries[index]!.wordStart), total - wrsBefore)
+          break
+        } catch (cause) {
+          const error = fromNative(cause) as RdmaError
+          let posted = error.posted ?? 0
+          while (posted >= entries[index]!.count) { // these reached the queue
+            posted -= entries[index]!.count
+            wrsBefore += entries[index]!.count
+            index++
+          }
+          const bad = entries[index]!
+          this.#refused(bad.pending, bad.count, error, this.#sendSlots, posted)
+          wrsBefore += bad.count
+          index++
+          if (this.#error) { // the QP failed: the rest cannot be posted
+            for (const rest of entries.slice(index)) this.#refused(rest.pending, rest.count, this.#stateError(rest.pending.verb), this.#sendSlots, 0)
+            break
+          }
+        }
+      }
+    } finally {
+      batch.entries = []
+      batch.wrs = 0
+      batch.encoder.reset()
+    }
+    this.sendCq.pollAfterPost()
+  }
+
+  /** A request the provider refused: `posted` of its work requests reached the queue. */
+  #refused(pending: Pending, count: number, error: Error, slots: WorkQueueSlots, posted = (error as RdmaError).posted ?? 0): void {
+    if (posted === 0) {
+      pending.untrack()
+    } else {
+      // Part of a batch reached the queue; its final, signaled request did
+      // not. Flush the posted ones through the error state so they complete.
+      slots.release(count - posted)
+      pending.truncate(posted)
+      try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
+    }
+    pending.reject(error)
   }
 
   #stateError(verb: string): RdmaError {

@@ -6,6 +6,7 @@ const SEND_HEADER = native.sendHeaderWords // 16
 const RECV_HEADER = native.recvHeaderWords // 4
 const SGE_WORDS = 4
 const TWO_32 = 4294967296
+const INLINE = 8 // IBV_SEND_INLINE
 
 /** A local scatter/gather element: address, length, lkey. */
 export interface Sge { address: number; length: number; lkey: number }
@@ -29,24 +30,37 @@ export interface SendWr {
 
 export class WorkRequestEncoder {
   private words = new Uint32Array(1024)
-  private used = 0
+  private size = 0
   count = 0
 
+  /** Whether a request with inline data was added since the last reset. */
+  hasInline = false
+
   reset(): void {
-    this.used = 0
+    this.hasInline = false
+    this.size = 0
     this.count = 0
   }
 
   get buffer(): Uint32Array { return this.words }
 
+  /** Drops what was written after `words` (a request that failed while being encoded). */
+  truncate(words: number, count: number): void {
+    this.size = words
+    this.count = count
+  }
+
+  /** Words written so far (where the next work request starts). */
+  get used(): number { return this.size }
+
   private reserve(n: number): number {
-    const at = this.used
+    const at = this.size
     if (at + n > this.words.length) {
       const bigger = new Uint32Array(Math.max(this.words.length * 2, at + n))
       bigger.set(this.words.subarray(0, at))
       this.words = bigger
     }
-    this.used = at + n
+    this.size = at + n
     return at
   }
 
@@ -58,6 +72,7 @@ export class WorkRequestEncoder {
     w[at + 1] = Math.floor(wr.wrId / TWO_32)
     w[at + 2] = wr.opcode
     w[at + 3] = wr.flags
+    if (wr.flags & INLINE) this.hasInline = true
     w[at + 4] = n
     w[at + 5] = wr.immOrRkey ?? 0
     w[at + 6] = wr.remoteLo ?? 0

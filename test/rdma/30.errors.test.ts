@@ -69,6 +69,21 @@ describe('remote access errors', () => {
     expect(await a.qp.fetchAndAdd(b.region.asRemote().slice(8, 8), 1n)).toBe(0n)
   })
 
+  it('requests posted together in one turn: a refused one fails alone, the others complete', async () => {
+    const { a, b } = await pair()
+    a.region.bytes.fill(0x61, 0, 64)
+    const remote = b.region.asRemote()
+    const first = a.qp.write(a.region.slice(0, 64), remote.slice(0, 64))
+    const unaligned = a.qp.fetchAndAdd(remote.slice(1001, 8), 1n)
+    const last = a.qp.write(a.region.slice(0, 64), remote.slice(128, 64))
+    await expect(unaligned).rejects.toMatchObject({ code: 'EINVAL', syscall: 'ibv_post_send' })
+    await first
+    await last
+    expect(b.region.bytes[0]).toBe(0x61)
+    expect(b.region.bytes[128 + 63]).toBe(0x61)
+    expect(a.qp.state).toBe('RTS')
+  })
+
   it('a remote slice past the region end is caught locally, before posting', async () => {
     const { b } = await pair()
     expect(() => b.region.asRemote().slice(65530, 8)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
