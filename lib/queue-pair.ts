@@ -200,6 +200,8 @@ export class QueuePair extends Resource implements PendingOwner {
   #sendBatch = new SendBatch()
   #spareBatch = new SendBatch()
   #flushScheduled = false
+  #turnOpen = false
+  readonly #closeTurn = (): void => { this.#turnOpen = false }
   readonly #recvSlots: WorkQueueSlots
 
   /**
@@ -612,7 +614,7 @@ export class QueuePair extends Resource implements PendingOwner {
     const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
     if (queue === 'send' && !custom) {
       // Sends made in the same turn of the event loop are posted together, with
-      // one native call (one doorbell) when the turn's synchronous work is done.
+      // one native call (one doorbell).
       const batch = this.#sendBatch
       const wordStart = batch.encoder.used
       try {
@@ -631,8 +633,15 @@ export class QueuePair extends Resource implements PendingOwner {
       this.#sendSlots.used += count
       batch.entries.push({ pending, count, wordStart })
       batch.wrs += count
-      // Inline data is copied when posted: post now, so the caller may reuse
-      // its buffer as soon as the call returns.
+      // The first send of a turn is posted at once, so a caller sees it on the
+      // wire when the call returns (and may spin on memory for the answer);
+      // so is inline data (the caller may reuse its buffer). Sends that follow
+      // in the same turn are gathered and posted together after it.
+      if (!this.#turnOpen) {
+        this.#turnOpen = true
+        queueMicrotask(this.#closeTurn)
+        return this.#flushSends()
+      }
       if (batch.encoder.hasInline) return this.#flushSends()
       if (!this.#flushScheduled) {
         this.#flushScheduled = true
