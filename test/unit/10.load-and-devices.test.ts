@@ -1,6 +1,7 @@
 // Layer 1: the addon loads, and device discovery fails helpfully on a machine
 // without RDMA devices. Uses the compiled package (dist/) like a consumer does.
 import { describe, expect, it } from 'vitest'
+import { thrown } from './thrown.js'
 import { spawnSync } from 'node:child_process'
 import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -75,24 +76,15 @@ describe('listDevices()', () => {
 })
 
 describe('openDevice()', () => {
-  function catchError(fn: () => unknown): any {
-    try {
-      fn()
-    } catch (error) {
-      return error
-    }
-    throw new Error('expected a throw')
-  }
-
   it('rejects a non-string name with ERR_INVALID_ARG_TYPE', () => {
-    const error = catchError(() => openDevice(42 as unknown as string))
+    const error = thrown(() => openDevice(42 as unknown as string))
     expect(error).toBeInstanceOf(TypeError)
     expect(error.code).toBe('ERR_INVALID_ARG_TYPE')
     expect(error.message).toBe('Expected a device name for name but received 42')
   })
 
   it('throws ENODEV naming what exists for an unknown device', () => {
-    const error = catchError(() => openDevice('no-such-device-0'))
+    const error = thrown(() => openDevice('no-such-device-0'))
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.name).toBe('RdmaError')
     expect(error.code).toBe('ENODEV')
@@ -101,7 +93,7 @@ describe('openDevice()', () => {
   })
 
   it.runIf(noDevices)("openDevice('rxe0') says there are no devices", () => {
-    const error = catchError(() => openDevice('rxe0'))
+    const error = thrown(() => openDevice('rxe0'))
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
     expect(error.message).toBe("No RDMA device named 'rxe0'; no RDMA devices on this machine (see the README: Soft-RoCE)")
@@ -109,7 +101,7 @@ describe('openDevice()', () => {
   })
 
   it.runIf(noDevices)('openDevice() without a name says there are no devices', () => {
-    const error = catchError(() => openDevice())
+    const error = thrown(() => openDevice())
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
     expect(error.message).toBe('No RDMA device with an ACTIVE port; no RDMA devices on this machine (see the README: Soft-RoCE)')

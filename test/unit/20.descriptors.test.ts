@@ -1,16 +1,9 @@
 // Layer 2: remote memory descriptors and the slices work requests name.
 // Pure JS: no device needed.
 import { describe, expect, it } from 'vitest'
+import { thrown } from './thrown.js'
 import { remoteRegion, RemoteRegion, RemoteSlice } from '../../dist/index.js'
 
-function thrown(fn: () => unknown): any {
-  try {
-    fn()
-  } catch (error) {
-    return error
-  }
-  throw new Error('expected a throw')
-}
 
 describe('remoteRegion()', () => {
   const descriptor = { version: 1 as const, addr: '0x7f0011223344', rkey: 0x1234abcd, length: 65536 }

@@ -3,6 +3,7 @@
 // are internals, imported from lib/ (one module graph per file: don't mix
 // with dist/ here, or instanceof checks would compare different classes).
 import { afterEach, describe, expect, it, vi } from 'vitest'
+import { thrown } from './thrown.js'
 import {
   boolean, instance, integer, object, oneOf, optionalInteger, optionalObject, rangeError, typeError, uint64, waitOptions,
 } from '../../lib/validate.js'
@@ -14,14 +15,6 @@ import { WorkQueueSlots } from '../../lib/work-queue.js'
 import { localSges, receiveCompletion } from '../../lib/queue-pair.js'
 import { NativeMemory } from '../../lib/memory.js'
 
-function thrown(fn: () => unknown): any {
-  try {
-    fn()
-  } catch (error) {
-    return error
-  }
-  throw new Error('expected a throw')
-}
 
 describe('validate.ts: message shape', () => {
   it('typeError(): TypeError, ERR_INVALID_ARG_TYPE, "Expected X for Y but received Z"', () => {

@@ -2,18 +2,11 @@
 // would: objects of the wrong kind must be refused by their type tag (an
 // exception, never a crash), and NativeBuffer memory must be refcounted.
 import { describe, expect, it } from 'vitest'
+import { thrown } from './thrown.js'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { native } from '../../dist/native.js'
 
-function thrown(fn: () => unknown): any {
-  try {
-    fn()
-  } catch (error) {
-    return error
-  }
-  throw new Error('expected a throw')
-}
 
 const wrongKind = () => new native.NativeBuffer(4096)
 const anyNative = native as any
