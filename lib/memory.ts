@@ -3,7 +3,7 @@
 import { native, type NativeBufferHandle, type NativeMemoryRegion } from './native.js'
 import { call, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import { integer, object, rangeError, typeError } from './validate.js'
+import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
 
 const TWO_32 = 4294967296
@@ -41,6 +41,7 @@ export class MemoryRegion extends Resource {
   readonly bytes: Uint8Array
   /** @internal Work requests in flight that name this region. */
   inflight = 0
+  #idleWaiters: Array<() => void> = []
   readonly #jsBacking: ArrayBuffer | undefined
   readonly #memory: NativeMemory | undefined
 
@@ -105,9 +106,46 @@ export class MemoryRegion extends Resource {
     }
   }
 
-  /** Deregisters the region. Refused while work requests that name it are in flight. */
+  /** Deregisters the region. Refused (ERR_BUSY) while work requests that name it are in flight. */
   deregister(): void {
     this.close()
+  }
+
+  /**
+   * Deregisters the region once no work request names it any more. Rejects
+   * with ETIMEDOUT or ABORT_ERR (leaving the region registered) if that does
+   * not happen in time.
+   */
+  async deregisterWhenIdle(options: WaitOptions = {}): Promise<void> {
+    const wait = waitOptions(options)
+    if (this.inflight > 0) {
+      await new Promise<void>((resolve, reject) => {
+        let timer: NodeJS.Timeout | undefined
+        const done = (error?: Error) => {
+          this.#idleWaiters = this.#idleWaiters.filter((w) => w !== wake)
+          if (timer) clearTimeout(timer)
+          wait.signal?.removeEventListener('abort', onAbort)
+          if (error) reject(error)
+          else resolve()
+        }
+        const wake = () => done()
+        const onAbort = () => done(new RdmaError('deregisterWhenIdle was aborted', { code: 'ABORT_ERR', cause: wait.signal?.reason }))
+        if (wait.signal?.aborted) return onAbort()
+        this.#idleWaiters.push(wake)
+        wait.signal?.addEventListener('abort', onAbort, { once: true })
+        if (wait.timeoutMs !== undefined) {
+          timer = setTimeout(() => done(new RdmaError(`${this.inflight} work request(s) still name this region after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT' })), wait.timeoutMs)
+        }
+      })
+    }
+    this.close()
+  }
+
+  /** @internal A work request naming this region is done with it. */
+  released(): void {
+    if (--this.inflight === 0 && this.#idleWaiters.length > 0) {
+      for (const wake of this.#idleWaiters.slice()) wake()
+    }
   }
 
   protected override onClose(): void {

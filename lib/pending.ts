@@ -149,8 +149,8 @@ export class Pending {
     this.finished = true
     byLastWrId.delete(this.lastWrId)
     const regions = this.regions
-    if (Array.isArray(regions)) for (const region of regions) region.inflight--
-    else (regions as MemoryRegion).inflight--
+    if (Array.isArray(regions)) for (const region of regions) region.released()
+    else (regions as MemoryRegion).released()
     this.counter?.removePending()
     this.owner.released(this)
   }

@@ -165,9 +165,13 @@ describe('local errors', () => {
     // The aborted receives are still posted: the region stays busy until the QP is done with them.
     expect(b.region.inflight).toBeGreaterThan(0)
     expect(() => b.region.deregister()).toThrow(expect.objectContaining({ code: 'ERR_BUSY' }))
-    b.qp.close()
+    await expect(b.region.deregisterWhenIdle({ timeoutMs: 50 })).rejects.toMatchObject({ code: 'ETIMEDOUT' })
+    expect(b.region.closed).toBe(false)
+    const idle = b.region.deregisterWhenIdle()
+    b.qp.close() // the device is done with the posted receives
+    await idle
     expect(b.region.inflight).toBe(0)
-    b.region.deregister()
+    expect(b.region.closed).toBe(true)
   })
 
   it('bad arguments give typed errors, not crashes', async () => {
