@@ -1,5 +1,6 @@
 // Across two machines (two guests, two kernels, a virtual wire): guest 0
-// listens, guest 1 connects with rdma_cm and moves verified data.
+// listens, guest 1 connects with rdma_cm and moves verified data; then a QP
+// pair connected the verbs way (endpoints exchanged as JSON) moves more.
 import { describe, expect, it } from 'vitest'
 import { Access, decodeDescriptors, listen, openDevice, remoteRegion, type Connection } from '../../dist/index.js'
 import { serve } from '../rdma/fixtures/cm-serve.mjs'
@@ -17,7 +18,7 @@ describe(`two hosts (this is host ${role})`, () => {
     expect(local && peer, 'SOFTROCE_ADDR and SOFTROCE_PEER_ADDR').toBeTruthy()
   })
 
-  it('rdma_cm connections move verified data across hosts', async () => {
+  it('rdma_cm connections and a hand-made QP pair move verified data across hosts', async () => {
     const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
     const pd = device.allocPd()
     try {
@@ -46,6 +47,19 @@ describe(`two hosts (this is host ${role})`, () => {
         await first.qp.write(big.slice(0, 65536), remote.slice(0, 65536))
         await first.qp.read(big.slice(65536, 65536), remote.slice(0, 65536))
         expect(Buffer.compare(big.bytes.subarray(65536), pattern(65536, 77))).toBe(0)
+        // A hand-made QP pair across the hosts: exchange endpoints, connect, WRITE and READ.
+        const cq = device.createCq()
+        const qp = pd.createQp({ type: 'RC', sendCq: cq })
+        await first.sendJson({ endpoint: qp.endpoint() })
+        const { endpoint } = (await first.receiveJson()) as { endpoint: Parameters<typeof qp.connect>[0] }
+        expect(endpoint.gid).toBe(`::ffff:${peer}`)
+        await qp.connect(endpoint)
+        big.bytes.set(pattern(4096, 78))
+        await qp.write(big.slice(0, 4096), remote.slice(8192, 4096))
+        await qp.read(big.slice(65536, 4096), remote.slice(8192, 4096))
+        expect(Buffer.compare(big.bytes.subarray(65536, 65536 + 4096), pattern(4096, 78))).toBe(0)
+        qp.close()
+        cq.close()
         await first.sendJson({ done: true })
         expect(await first.receiveJson()).toEqual({ done: true })
         for (const conn of [first, ...more]) await conn.disconnect()
