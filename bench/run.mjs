@@ -226,7 +226,8 @@ export function chart(results) {
     }
   })
   let lx = 10
-  for (const [name, color] of Object.entries(COLORS)) {
+  const shown = new Set(['perftest', ...results.rows.map((r) => r.variant)])
+  for (const [name, color] of Object.entries(COLORS).filter(([name]) => shown.has(name))) {
     parts.push(`<line x1="${lx}" x2="${lx + 24}" y1="${H - 16}" y2="${H - 16}" stroke="${color}" stroke-width="2.5"${name === 'perftest' ? '' : ' stroke-dasharray="5,3"'}/><text x="${lx + 28}" y="${H - 12}">${esc(name === 'perftest' ? 'perftest' : 'ours: ' + name)}</text>`)
     lx += 150
   }
