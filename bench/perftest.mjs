@@ -30,7 +30,8 @@ export function roceV2Ipv4GidIndex(device, port = 1) {
   return 0
 }
 
-function run(cmd, args, timeoutMs) {
+/** Runs a command to its end (killed after timeoutMs): { code, signal, out } with stdout and stderr. */
+export function run(cmd, args, timeoutMs) {
   return new Promise((resolve) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] })
     let out = ''

@@ -4,9 +4,10 @@
 //   bash scripts/softroce.sh run --topology two-host -- node bench/two-host.mjs
 // Host 0 serves (perftest servers, then an rdma_cm listener with a region);
 // host 1 runs perftest's clients and ours against it and prints the table.
-import { spawn } from 'node:child_process'
 import { Access, connect, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion } from 'node-ibverbs'
-import { PERFTEST, parse, roceV2Ipv4GidIndex } from './perftest.mjs'
+import { PERFTEST, parse, roceV2Ipv4GidIndex, run } from './perftest.mjs'
+
+const TIMEOUT_MS = 120_000
 
 const CASES = [
   { test: 'write_bw', size: 65536, iters: 400 },
@@ -23,16 +24,6 @@ if (host !== '0' && host !== '1') throw new Error('run me with: bash scripts/sof
 const gidIndex = roceV2Ipv4GidIndex(deviceName)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
-function run(cmd, args, timeoutMs = 120_000) {
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    child.stdout.on('data', (d) => { out += d })
-    child.stderr.on('data', (d) => { out += d })
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
-    child.on('close', (code) => { clearTimeout(timer); resolve({ code, out }) })
-  })
-}
 
 function perftestArgs({ test, size, iters }, port) {
   const [tool, ...extra] = PERFTEST[test]
@@ -48,7 +39,7 @@ const region = pd.allocRegion(1 << 20, Access.LocalWrite | Access.RemoteWrite | 
 if (host === '0') {
   for (const [i, c] of CASES.entries()) {
     const [tool, args] = perftestArgs(c, 19000 + i)
-    const server = await run(tool, args)
+    const server = await run(tool, args, TIMEOUT_MS)
     if (server.code !== 0) console.error(`${tool} server failed:\n${server.out}`)
   }
   const listener = await listen({ host: local, port: CM_PORT, pd })
@@ -64,7 +55,7 @@ if (host === '0') {
     let client
     for (let attempt = 0; attempt < 60; attempt++) {
       await sleep(500)
-      client = await run(tool, [...args, peer])
+      client = await run(tool, [...args, peer], TIMEOUT_MS)
       if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
     }
     const result = parse(client.out)
