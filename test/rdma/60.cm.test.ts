@@ -101,7 +101,7 @@ describe('rdma_cm failures are typed errors', () => {
     const listener = await listen({ host, port: 0 })
     const error = await connect({ host, port: listener.address!.port, timeoutMs: 1500 }).catch((e) => e)
     listener.close()
-    expect(error).toMatchObject({ code: 'ETIMEDOUT', verb: 'connect' })
+    expect(error).toMatchObject({ code: 'ETIMEDOUT' }) // in the connect step, or in resolution on a very loaded machine
   })
 
   it('an AbortSignal stops a connect', async () => {
