@@ -1,24 +1,15 @@
 // Floor of the architecture: native postSend + poll without the promise layer.
 //   node bench/profile-floor.mjs [--n 2000]
 import { performance } from 'node:perf_hooks'
-import { Access, openDevice } from '../dist/index.js'
+import { openDevice } from '../dist/index.js'
+import { connectedPair } from './pair.mjs'
 import { WorkRequestEncoder } from '../dist/work-request-encoding.js'
 import { WrOpcode, SendFlags } from '../dist/constants.js'
 
 const args = process.argv.slice(2)
 const n = Number(args[args.indexOf('--n') + 1] || 2000)
-const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-const pd = device.allocPd()
-const side = () => {
-  const cq = device.createCq({ entries: 1024, pollMode: 'busy' })
-  const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 })
-  const mr = pd.allocRegion(4096, ACCESS)
-  return { cq, qp, mr }
-}
-const c = side(), s = side()
-await c.qp.connect(s.qp.endpoint())
-await s.qp.connect(c.qp.endpoint())
+const { c, s } = await connectedPair(device, 'busy')
 const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
 const enc = new WorkRequestEncoder()
 let wrId = 1e6
@@ -27,8 +18,8 @@ const post = (opcode) => {
   enc.addSend({ wrId: wrId++, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }], remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd: opcode === WrOpcode.AtomicFetchAndAdd ? 1n : undefined })
   c.qp.handle.postSend(enc.buffer, enc.count)
 }
-let t = performance.now(); for (let i = 0; i < 10000; i++) performance.now(); console.log(`performance.now: ${((performance.now() - t) * 100).toFixed(3)} µs/call`)
-t = performance.now(); for (let i = 0; i < 10000; i++) c.cq.handle.poll(); console.log(`empty poll(): ${((performance.now() - t) * 100).toFixed(3)} µs/call`)
+let t = performance.now(); for (let i = 0; i < 10000; i++) performance.now(); console.log(`performance.now: ${((performance.now() - t) / 10).toFixed(3)} µs/call`)
+t = performance.now(); for (let i = 0; i < 10000; i++) c.cq.handle.poll(); console.log(`empty poll(): ${((performance.now() - t) / 10).toFixed(3)} µs/call`)
 t = performance.now(); for (let i = 0; i < 2000; i++) await new Promise((r) => setImmediate(r)); console.log(`setImmediate turn: ${((performance.now() - t) / 2).toFixed(3)} µs`)
 t = performance.now(); for (let i = 0; i < 20000; i++) await new Promise((r) => r()); console.log(`promise await: ${((performance.now() - t) / 20).toFixed(3)} µs`)
 for (const [name, opcode] of [['read', WrOpcode.RdmaRead], ['write', WrOpcode.RdmaWrite], ['fadd', WrOpcode.AtomicFetchAndAdd]]) {

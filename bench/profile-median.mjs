@@ -1,17 +1,14 @@
 // Median per-op time of: the raw native floor (postSend + poll), and qp.read()/fetchAndAdd() (event, busy).
 import { performance } from 'node:perf_hooks'
-import { Access, openDevice } from '../dist/index.js'
+import { openDevice } from '../dist/index.js'
+import { connectedPair } from './pair.mjs'
 import { WorkRequestEncoder } from '../dist/work-request-encoding.js'
 import { WrOpcode, SendFlags } from '../dist/constants.js'
 const n = Number(process.argv[2] || 1000)
-const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 const med = (a) => { const s = Float64Array.from(a).sort(); return s[s.length >> 1] }
 for (const mode of ['event', 'busy']) {
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-  const pd = device.allocPd()
-  const side = () => { const cq = device.createCq({ entries: 1024, pollMode: mode }); const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 }); return { cq, qp, mr: pd.allocRegion(4096, ACCESS) } }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint()); await s.qp.connect(c.qp.endpoint())
+  const { c, s } = await connectedPair(device, mode)
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   const enc = new WorkRequestEncoder()
   let wrId = 1e9

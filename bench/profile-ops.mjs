@@ -4,7 +4,8 @@
 // with --profile, the top self-time functions (in-process V8 profiler).
 import { performance } from 'node:perf_hooks'
 import { Session } from 'node:inspector/promises'
-import { Access, openDevice } from '../dist/index.js'
+import { openDevice } from '../dist/index.js'
+import { connectedPair } from './pair.mjs'
 
 const args = process.argv.slice(2)
 const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : dflt }
@@ -12,24 +13,10 @@ const ops = opt('--ops', 'read,write,fadd').split(',')
 const modes = opt('--modes', 'busy,event').split(',')
 const n = Number(opt('--n', '3000'))
 const profile = args.includes('--profile')
-const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 
-async function setup(device, mode) {
-  const pd = device.allocPd()
-  const side = () => {
-    const cq = device.createCq({ entries: 1024, pollMode: mode })
-    const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 })
-    const mr = pd.allocRegion(4096, ACCESS)
-    return { cq, qp, mr }
-  }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint())
-  await s.qp.connect(c.qp.endpoint())
-  return { c, s }
-}
 
 async function run(device, op, mode, count) {
-  const { c, s } = await setup(device, mode)
+  const { c, s } = await connectedPair(device, mode)
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   const one = op === 'read' ? () => c.qp.read(local, remote)
     : op === 'write' ? () => c.qp.write(local, remote)

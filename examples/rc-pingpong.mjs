@@ -28,49 +28,26 @@
 // - Path MTU defaults to 1024 (-m); the GID index must be the same kind on
 //   both sides (the RoCE v2 IPv4 GID: index 1 on the Soft-RoCE guest).
 import net from 'node:net'
-import { parseArgs } from 'node:util'
 import { performance } from 'node:perf_hooks'
+import { exampleArgs } from './cli-args.mjs'
 import { Access, openDevice } from 'node-ibverbs'
 
 const usage = `usage: rc-pingpong.mjs [--server] [--host H | H] [--port 18515] [--size 4096] [--iters 1000]
        [--rx-depth 500] [--mtu 1024] [--gid-index N] [--device NAME] [--ib-port 1] [--timeout-ms 60000]`
 
-let args
-try {
-  args = parseArgs({
-    allowPositionals: true,
-    options: {
-      server: { type: 'boolean', default: false },
-      host: { type: 'string' },
-      port: { type: 'string', short: 'p', default: '18515' },
-      size: { type: 'string', short: 's', default: '4096' },
-      iters: { type: 'string', short: 'n', default: '1000' },
-      'rx-depth': { type: 'string', short: 'r', default: '500' },
-      mtu: { type: 'string', short: 'm', default: '1024' },
-      'gid-index': { type: 'string', short: 'g' },
-      device: { type: 'string', short: 'd' },
-      'ib-port': { type: 'string', short: 'i', default: '1' },
-      'timeout-ms': { type: 'string', default: '60000' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  })
-} catch (error) {
-  console.error(`${error.message}\n${usage}`)
-  process.exit(2)
-}
-const v = args.values
-if (v.help) {
-  console.log(usage)
-  process.exit(0)
-}
-const int = (name, min, max) => {
-  const n = Number(v[name])
-  if (!Number.isInteger(n) || n < min || n > max) {
-    console.error(`--${name} must be an integer in [${min}, ${max}], got ${v[name]}\n${usage}`)
-    process.exit(2)
-  }
-  return n
-}
+const { values: v, positionals, int } = exampleArgs(usage, {
+  server: { type: 'boolean', default: false },
+  host: { type: 'string' },
+  port: { type: 'string', short: 'p', default: '18515' },
+  size: { type: 'string', short: 's', default: '4096' },
+  iters: { type: 'string', short: 'n', default: '1000' },
+  'rx-depth': { type: 'string', short: 'r', default: '500' },
+  mtu: { type: 'string', short: 'm', default: '1024' },
+  'gid-index': { type: 'string', short: 'g' },
+  device: { type: 'string', short: 'd' },
+  'ib-port': { type: 'string', short: 'i', default: '1' },
+  'timeout-ms': { type: 'string', default: '60000' },
+}, { allowPositionals: true })
 const port = int('port', 1, 65535)
 const size = int('size', 1, 1 << 30)
 const iters = int('iters', 1, 2 ** 31 - 1)
@@ -82,12 +59,12 @@ if (![256, 512, 1024, 2048, 4096].includes(mtu)) {
   console.error(`--mtu must be 256, 512, 1024, 2048 or 4096\n${usage}`)
   process.exit(2)
 }
-if (args.positionals.length > 1 || (v.server && (args.positionals.length || v.host))) {
+if (positionals.length > 1 || (v.server && (positionals.length || v.host))) {
   console.error(usage)
   process.exit(2)
 }
 const server = v.server
-const host = v.host ?? args.positionals[0] ?? '127.0.0.1'
+const host = v.host ?? positionals[0] ?? '127.0.0.1'
 
 // --- wire format ---------------------------------------------------------------
 

@@ -24,42 +24,20 @@
 //   the C side's receive (a remote operation error); shorter ones are fine.
 // - rdma_client's default 127.0.0.1 does not work on Soft-RoCE (rdma_cm finds
 //   no device for the loopback address): pass the rxe netdev's address.
-import { parseArgs } from 'node:util'
 import { performance } from 'node:perf_hooks'
+import { exampleArgs } from './cli-args.mjs'
 import { Access, connect, listen } from 'node-ibverbs'
 
 const usage = `usage: rdma-echo.mjs --server [--host 0.0.0.0] [--port 7471] [--size 16] [--timeout-ms 30000]
        rdma-echo.mjs [--host H | -s H] [--port 7471] [--size 16] [--timeout-ms 30000]`
 
-let args
-try {
-  args = parseArgs({
-    options: {
-      server: { type: 'boolean', default: false },
-      host: { type: 'string', short: 's' },
-      port: { type: 'string', short: 'p', default: '7471' },
-      size: { type: 'string', default: '16' },
-      'timeout-ms': { type: 'string', default: '30000' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  })
-} catch (error) {
-  console.error(`${error.message}\n${usage}`)
-  process.exit(2)
-}
-const v = args.values
-if (v.help) {
-  console.log(usage)
-  process.exit(0)
-}
-const int = (name, min, max) => {
-  const n = Number(v[name])
-  if (!Number.isInteger(n) || n < min || n > max) {
-    console.error(`--${name} must be an integer in [${min}, ${max}], got ${v[name]}\n${usage}`)
-    process.exit(2)
-  }
-  return n
-}
+const { values: v, int } = exampleArgs(usage, {
+  server: { type: 'boolean', default: false },
+  host: { type: 'string', short: 's' },
+  port: { type: 'string', short: 'p', default: '7471' },
+  size: { type: 'string', default: '16' },
+  'timeout-ms': { type: 'string', default: '30000' },
+})
 const port = int('port', 1, 65535)
 const size = int('size', 1, 1 << 20)
 const timeoutMs = int('timeout-ms', 1, 2 ** 31 - 1)

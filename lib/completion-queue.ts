@@ -147,7 +147,8 @@ export class CompletionQueue extends Resource implements PendingCounter {
       return // reported by the regular (channel or busy) path
     }
     if (n === 0) return
-    if (--this.#inlineBudget < INLINE_BUDGET && !this.#inlineResetScheduled) {
+    this.#inlineBudget--
+    if (!this.#inlineResetScheduled) {
       this.#inlineResetScheduled = true
       setImmediate(this.#resetInlineBudget)
     }
@@ -178,16 +179,8 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly #spin = (): void => {
     this.#spinScheduled = false
     if (this.closed || this.#pending === 0) return
-    // The clock is read every 8 polls: reading it can cost more than a poll.
-    const deadline = performance.now() + this.#spinMs
-    for (let i = 1; ; i++) {
-      const n = this.handle.poll()
-      if (n > 0) {
-        this.#dispatch(n)
-        break
-      }
-      if ((i & 7) === 0 && performance.now() >= deadline) break
-    }
+    const n = this.#spinOnce()
+    if (n > 0) this.#dispatch(n)
     if (this.#pending > 0) this.#scheduleSpin()
   }
 

@@ -19,7 +19,6 @@ export class ProtectionDomain extends Resource {
   protected readonly kind = 'ProtectionDomain'
   /** @internal */ readonly handle: NativeProtectionDomain
   readonly device: Device
-  #atomicRegions: MemoryRegion[] = []
   #freeSlots: LocalSlice[] = []
 
   /** @internal use device.allocPd() */
@@ -75,17 +74,11 @@ export class ProtectionDomain extends Resource {
     return new MemoryWindow(this, type as 1 | 2)
   }
 
-  /** @internal 8 bytes of registered memory for an atomic's result. */
-  atomicSlot(): { slice: LocalSlice; release: () => void } {
-    const slice = this.takeAtomicSlot()
-    return { slice, release: () => this.returnAtomicSlot(slice) }
-  }
-
   /** @internal An 8-byte slot of library-owned memory; give it back with returnAtomicSlot(). */
   takeAtomicSlot(): LocalSlice {
     if (this.#freeSlots.length === 0) {
+      // The free slots (and the requests using the others) keep the region alive.
       const region = this.allocRegion(SLOT * SLOTS_PER_PAGE, Access.LocalWrite)
-      this.#atomicRegions.push(region)
       for (let i = 0; i < SLOTS_PER_PAGE; i++) this.#freeSlots.push(region.slice(i * SLOT, SLOT))
     }
     return this.#freeSlots.pop()!
@@ -98,7 +91,6 @@ export class ProtectionDomain extends Resource {
 
   protected override onClose(): void {
     this.#freeSlots = []
-    this.#atomicRegions = []
   }
 
   protected closeHandle(): void {

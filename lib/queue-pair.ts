@@ -649,13 +649,15 @@ export class QueuePair extends Resource implements PendingOwner {
       }
       return
     }
+    // Receives, and sends that post themselves (memory-window binds).
+    const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
     let encoded = false
     try {
       if (custom) this.#flushSends() // keep the send queue's order
       encoder.reset()
       pending.track(wait)
       this.#outstanding.add(pending)
-      ;(queue === 'send' ? this.#sendSlots : this.#recvSlots).used += count
+      slots.used += count
       if (typeof encode === 'function') {
         encode(first, encoder)
       } else {
@@ -666,7 +668,7 @@ export class QueuePair extends Resource implements PendingOwner {
       if (!custom) this.handle.postRecv(encoder.buffer, encoder.count)
     } catch (cause) {
       const error = encoded || custom ? fromNative(cause) : (cause as Error)
-      this.#refused(pending, count, error, queue === 'send' ? this.#sendSlots : this.#recvSlots)
+      this.#refused(pending, count, error, slots)
       return
     }
     // Posted: settle it now if the device already completed it.

@@ -16,17 +16,9 @@
 namespace ibv {
 
 struct AddonData {
-  Napi::FunctionReference context;
-  Napi::FunctionReference protection_domain;
-  Napi::FunctionReference memory_region;
-  Napi::FunctionReference native_buffer;
-  Napi::FunctionReference completion_queue;
-  Napi::FunctionReference queue_pair;
-  Napi::FunctionReference shared_receive_queue;
-  Napi::FunctionReference address_handle;
-  Napi::FunctionReference memory_window;
-  Napi::FunctionReference cm_event_channel;
-  Napi::FunctionReference cm_id;
+  // Constructors of wrappers that native code creates itself.
+  Napi::FunctionReference queue_pair;  // QPs made by rdma_create_qp
+  Napi::FunctionReference cm_id;       // ids that arrive with connection requests
   // Top-level resources (device contexts, rdma_cm channels); closing them
   // closes everything below.
   std::vector<std::weak_ptr<Resource>> roots;

@@ -108,7 +108,6 @@ class AddressHandleWrap : public Napi::ObjectWrap<AddressHandleWrap> {
 
 void InitAddressHandle(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = AddressHandleWrap::Define(env);
-  data->address_handle = Napi::Persistent(ctor);
   exports.Set("AddressHandle", ctor);
 }
 

@@ -339,7 +339,6 @@ void CmEventChannelWrap::OnReadable(Napi::Env env, CmChannelResource* res) {
 
 void InitCm(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function channel = CmEventChannelWrap::Define(env);
-  data->cm_event_channel = Napi::Persistent(channel);
   exports.Set("CmEventChannel", channel);
   Napi::Function id = CmIdWrap::Define(env);
   data->cm_id = Napi::Persistent(id);

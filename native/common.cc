@@ -53,19 +53,6 @@ uint32_t ArgU32(const Napi::CallbackInfo& info, size_t index, const char* name) 
   return static_cast<uint32_t>(value);
 }
 
-int64_t ArgI64(const Napi::CallbackInfo& info, size_t index, const char* name) {
-  RequireArg(info, index, name, index < info.Length() && info[index].IsNumber(), "a number");
-  return info[index].As<Napi::Number>().Int64Value();
-}
-
-uint64_t ArgU64(const Napi::CallbackInfo& info, size_t index, const char* name) {
-  RequireArg(info, index, name, index < info.Length() && info[index].IsBigInt(), "a bigint");
-  bool lossless = false;
-  uint64_t value = info[index].As<Napi::BigInt>().Uint64Value(&lossless);
-  RequireArg(info, index, name, lossless, "a bigint from 0 to 2^64-1");
-  return value;
-}
-
 std::string ArgString(const Napi::CallbackInfo& info, size_t index, const char* name) {
   RequireArg(info, index, name, index < info.Length() && info[index].IsString(), "a string");
   return info[index].As<Napi::String>().Utf8Value();

@@ -79,8 +79,6 @@ Napi::Error ErrnoError(Napi::Env env, int err, const char* syscall);
 // Argument readers: the TypeScript layer validates options; these only stop a
 // wrong call from the outside from crashing the process.
 uint32_t ArgU32(const Napi::CallbackInfo& info, size_t index, const char* name);
-int64_t ArgI64(const Napi::CallbackInfo& info, size_t index, const char* name);
-uint64_t ArgU64(const Napi::CallbackInfo& info, size_t index, const char* name);
 std::string ArgString(const Napi::CallbackInfo& info, size_t index, const char* name);
 Napi::Function ArgFunction(const Napi::CallbackInfo& info, size_t index, const char* name);
 // Pointer and length of an ArrayBuffer or ArrayBufferView argument.

@@ -75,7 +75,6 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     if (capacity == 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "output holds no completion");
 
     auto res = std::make_shared<CqResource>();
-    res->context = context;
     res->channel = ibv_create_comp_channel(context->ctx);
     if (!res->channel) ThrowErrno(env, errno ? errno : ENOMEM, "ibv_create_comp_channel");
     res->cq = ibv_create_cq(context->ctx, static_cast<int>(entries), nullptr, res->channel,
@@ -185,7 +184,6 @@ std::shared_ptr<CqResource> CqOf(Napi::Env env, Napi::Value value) {
 
 void InitCompletionQueue(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = CompletionQueueWrap::Define(env);
-  data->completion_queue = Napi::Persistent(ctor);
   exports.Set("CompletionQueue", ctor);
 }
 

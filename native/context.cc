@@ -147,12 +147,10 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
                        });
   }
 
-  // new Context(name) opens a device; new Context() makes an empty wrapper
-  // that WrapContext fills in.
+  // new Context(name) opens a device.
   explicit ContextWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ContextWrap>(info) {
     Napi::Env env = info.Env();
     TagObject(env, info.This().As<Napi::Object>(), Kind::Context);
-    if (info.Length() == 0 || info[0].IsUndefined()) return;
     std::string name = ArgString(info, 0, "name");
     resource = std::make_shared<ContextResource>();
     resource->addon = AddonData::Get(env);
@@ -315,15 +313,8 @@ std::shared_ptr<ContextResource> ContextOf(Napi::Env env, Napi::Value value) {
   return wrap->resource;
 }
 
-Napi::Object WrapContext(Napi::Env env, std::shared_ptr<ContextResource> resource) {
-  Napi::Object object = AddonData::Get(env)->context.New({});
-  Napi::ObjectWrap<ContextWrap>::Unwrap(object)->resource = std::move(resource);
-  return object;
-}
-
 void InitContext(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = ContextWrap::Define(env);
-  data->context = Napi::Persistent(ctor);
   exports.Set("Context", ctor);
   exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
   exports.Set("setAsyncEventHandler", Napi::Function::New(env, SetAsyncEventHandler, "setAsyncEventHandler"));

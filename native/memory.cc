@@ -116,7 +116,6 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
     ibv_mr* mr = ibv_reg_mr(pd->pd, data, length, static_cast<int>(access));
     if (!mr) ThrowErrno(env, errno ? errno : EINVAL, "ibv_reg_mr");
     res->mr = mr;
-    res->pd = pd;
     res->AdoptParent(pd);
     resource = res;
   }
@@ -159,10 +158,8 @@ std::shared_ptr<MrResource> MrOf(Napi::Env env, Napi::Value value) {
 
 void InitMemory(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function buffer = NativeBufferWrap::Define(env);
-  data->native_buffer = Napi::Persistent(buffer);
   exports.Set("NativeBuffer", buffer);
   Napi::Function region = MemoryRegionWrap::Define(env);
-  data->memory_region = Napi::Persistent(region);
   exports.Set("MemoryRegion", region);
 }
 

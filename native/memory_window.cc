@@ -63,7 +63,6 @@ std::shared_ptr<MwResource> MwOf(Napi::Env env, Napi::Value value) {
 
 void InitMemoryWindow(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = MemoryWindowWrap::Define(env);
-  data->memory_window = Napi::Persistent(ctor);
   exports.Set("MemoryWindow", ctor);
 }
 

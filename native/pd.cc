@@ -23,13 +23,11 @@ class PdWrap : public Napi::ObjectWrap<PdWrap> {
   explicit PdWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<PdWrap>(info) {
     Napi::Env env = info.Env();
     TagObject(env, info.This().As<Napi::Object>(), Kind::ProtectionDomain);
-    if (info.Length() == 0 || info[0].IsUndefined()) return;  // filled by WrapPd
     auto context = ContextOf(env, info[0]);
     ibv_pd* pd = ibv_alloc_pd(context->ctx);
     if (!pd) ThrowErrno(env, errno ? errno : ENOMEM, "ibv_alloc_pd");
     resource = std::make_shared<PdResource>();
     resource->pd = pd;
-    resource->context = context;
     resource->AdoptParent(context);
   }
 
@@ -53,15 +51,8 @@ std::shared_ptr<PdResource> PdOf(Napi::Env env, Napi::Value value) {
   return wrap->resource;
 }
 
-Napi::Object WrapPd(Napi::Env env, std::shared_ptr<PdResource> resource) {
-  Napi::Object object = AddonData::Get(env)->protection_domain.New({});
-  Napi::ObjectWrap<PdWrap>::Unwrap(object)->resource = std::move(resource);
-  return object;
-}
-
 void InitProtectionDomain(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = PdWrap::Define(env);
-  data->protection_domain = Napi::Persistent(ctor);
   exports.Set("ProtectionDomain", ctor);
 }
 

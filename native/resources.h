@@ -1,5 +1,5 @@
 // The C handles behind each wrapped class, as reference-counted resources.
-// A child resource holds shared_ptrs to its parents (see Resource in common.h).
+// A child resource holds its parents through Resource::AdoptParent (common.h).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -27,7 +27,6 @@ struct ContextResource : Resource {
 
 struct PdResource : Resource {
   ibv_pd* pd = nullptr;
-  std::shared_ptr<ContextResource> context;
   ~PdResource() override { Close(); }
   int DestroyHandle() override;
 };
@@ -43,7 +42,6 @@ struct BufferMemory {
 
 struct MrResource : Resource {
   ibv_mr* mr = nullptr;
-  std::shared_ptr<PdResource> pd;
   std::shared_ptr<BufferMemory> native_memory;  // or:
   Napi::Reference<Napi::ArrayBuffer> js_memory;  // keeps a JS buffer alive while registered
   ~MrResource() override { Close(); }
@@ -53,7 +51,6 @@ struct MrResource : Resource {
 struct CqResource : Resource {
   ibv_cq* cq = nullptr;
   ibv_comp_channel* channel = nullptr;
-  std::shared_ptr<ContextResource> context;
   FdWatcher watcher;
   Napi::FunctionReference on_completions;
   Napi::Reference<Napi::ArrayBuffer> output;  // completions are written here
@@ -67,7 +64,6 @@ struct CqResource : Resource {
 
 struct SrqResource : Resource {
   ibv_srq* srq = nullptr;
-  std::shared_ptr<PdResource> pd;
   ~SrqResource() override { Close(); }
   int DestroyHandle() override;
 };
@@ -109,10 +105,7 @@ ibv_ah* AddressHandleById(Napi::Env env, uint32_t id);
 // grh?: {dgid: string, flowLabel, sgidIndex, hopLimit, trafficClass}}.
 void FillAhAttr(Napi::Env env, Napi::Object source, ibv_ah_attr* attr);
 
-// Builds a wrapper of the given class for an existing resource (used when a
-// resource is created by another object, e.g. an rdma_cm id's QP).
-Napi::Object WrapContext(Napi::Env env, std::shared_ptr<ContextResource> resource);
-Napi::Object WrapPd(Napi::Env env, std::shared_ptr<PdResource> resource);
+// Builds a QueuePair wrapper for a QP another object made (rdma_cm's rdma_create_qp).
 Napi::Object WrapQp(Napi::Env env, std::shared_ptr<QpResource> resource, const ibv_qp_cap& caps);
 // Reads {type, sendCq, recvCq, srq?, maxSendWr, ...} into init attributes;
 // the CQ/SRQ resources are returned so the QP can adopt them as parents.
@@ -122,13 +115,5 @@ void ReadQpInitAttr(Napi::Env env, Napi::Object options, ibv_qp_init_attr* attr,
 // Closes a resource from a JS close() call; throws if the handle could not be
 // destroyed (e.g. EBUSY).
 void CloseOrThrow(Napi::Env env, Resource* resource, const char* syscall);
-
-// Generic wrapper: a JS object that owns one shared_ptr to a resource.
-template <typename Self, typename R>
-class Wrapper : public Napi::ObjectWrap<Self> {
- public:
-  explicit Wrapper(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Self>(info) {}
-  std::shared_ptr<R> resource;
-};
 
 }  // namespace ibv

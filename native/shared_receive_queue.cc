@@ -37,7 +37,6 @@ class SrqWrap : public Napi::ObjectWrap<SrqWrap> {
     if (!srq) ThrowErrno(env, errno ? errno : EINVAL, "ibv_create_srq");
     auto res = std::make_shared<SrqResource>();
     res->srq = srq;
-    res->pd = pd;
     res->AdoptParent(pd);
     resource = res;
   }
@@ -103,7 +102,6 @@ std::shared_ptr<SrqResource> SrqOf(Napi::Env env, Napi::Value value) {
 
 void InitSharedReceiveQueue(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = SrqWrap::Define(env);
-  data->shared_receive_queue = Napi::Persistent(ctor);
   exports.Set("SharedReceiveQueue", ctor);
 }
 

@@ -1,7 +1,7 @@
 // Every operation moves exactly the right bytes: checked in the destination memory.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Access, remoteRegion, type Device } from '../../dist/index.js'
-import { connectedPair, pattern, setU64, testDevice, u64, type Side } from './helpers.js'
+import { connectedPair, pattern, setU64, srqPair, testDevice, u64, type Side } from './helpers.js'
 
 const SIZE = 4 << 20
 let device: Device
@@ -185,15 +185,8 @@ describe('one-sided and two-sided operations', () => {
 
 describe('shared receive queues and UD', () => {
   it('a shared receive queue feeds receives to a QP', async () => {
-    const pd = device.allocPd()
-    const cq = device.createCq()
-    const srq = pd.createSrq({ maxWr: 16 })
-    const region = pd.allocRegion(4096, Access.LocalWrite)
-    const receiver = pd.createQp({ type: 'RC', sendCq: cq, srq })
-    const sender = pd.createQp({ type: 'RC', sendCq: cq })
+    const { srq, region, receiver, sender, close } = await srqPair(device)
     try {
-      await receiver.connect(sender.endpoint())
-      await sender.connect(receiver.endpoint())
       const first = srq.recv(region.slice(0, 1024))
       const second = srq.recv(region.slice(1024, 1024))
       region.bytes.set(pattern(100, 1), 2048)
@@ -208,8 +201,7 @@ describe('shared receive queues and UD', () => {
       expect(Buffer.compare(region.bytes.subarray(1024, 1224), pattern(200, 2))).toBe(0)
       await expect(receiver.recv(region.slice(0, 10))).rejects.toMatchObject({ code: 'ERR_QP_SRQ' })
     } finally {
-      pd.close()
-      cq.close()
+      close()
     }
   })
 

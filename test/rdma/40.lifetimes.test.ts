@@ -72,12 +72,16 @@ describe('closing', () => {
 
   it('Symbol.dispose closes (using declarations)', () => {
     const device = testDevice()
+    let seen: { pd: { closed: boolean }; region: { closed: boolean } } | undefined
     {
       using pd = device.allocPd()
       using region = pd.allocRegion(64)
       expect(region.closed).toBe(false)
-      setTimeout(() => {}, 0)
+      seen = { pd, region }
     }
+    expect(seen.region.closed).toBe(true)
+    expect(seen.pd.closed).toBe(true)
+    expect(device.closed).toBe(false)
     device.close()
     expect(device.closed).toBe(true)
   })

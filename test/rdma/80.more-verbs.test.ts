@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { execFileSync } from 'node:child_process'
 import { Access, RemoteRegion, type AsyncEvent, type Device } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, pattern, testDevice } from './helpers.js'
+import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice } from './helpers.js'
 
 let device: Device
 beforeAll(() => { device = testDevice() })
@@ -23,15 +23,8 @@ function nextEvent(type: string, timeoutMs = 20_000): Promise<AsyncEvent> {
 
 describe('device async events', () => {
   it('SRQ_LIMIT_REACHED fires when an armed SRQ runs low', async () => {
-    const pd = device.allocPd()
-    const cq = device.createCq()
-    const srq = pd.createSrq({ maxWr: 16 })
-    const region = pd.allocRegion(4096, Access.LocalWrite)
-    const receiver = pd.createQp({ type: 'RC', sendCq: cq, srq })
-    const sender = pd.createQp({ type: 'RC', sendCq: cq })
+    const { srq, region, receiver, sender, close } = await srqPair(device)
     try {
-      await receiver.connect(sender.endpoint())
-      await sender.connect(receiver.endpoint())
       const receives = Array.from({ length: 4 }, (_, i) => srq.recv(region.slice(i * 64, 64)))
       receives[3]!.catch(() => {}) // still posted when the SRQ closes
       srq.arm(2)
@@ -41,8 +34,7 @@ describe('device async events', () => {
       const event = await limit
       expect(event.srq).toBe(srq)
     } finally {
-      pd.close()
-      cq.close()
+      close()
     }
   })
 

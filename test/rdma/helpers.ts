@@ -50,3 +50,16 @@ export function u64(region: MemoryRegion, offset: number): bigint {
 export function setU64(region: MemoryRegion, offset: number, value: bigint): void {
   new DataView(region.bytes.buffer, region.bytes.byteOffset).setBigUint64(offset, value, true)
 }
+
+/** A QP that receives through an SRQ, connected to a plain sender QP, on one PD. */
+export async function srqPair(device: Device) {
+  const pd = device.allocPd()
+  const cq = device.createCq()
+  const srq = pd.createSrq({ maxWr: 16 })
+  const region = pd.allocRegion(4096, Access.LocalWrite)
+  const receiver = pd.createQp({ type: 'RC', sendCq: cq, srq })
+  const sender = pd.createQp({ type: 'RC', sendCq: cq })
+  await receiver.connect(sender.endpoint())
+  await sender.connect(receiver.endpoint())
+  return { pd, srq, region, receiver, sender, close: () => { pd.close(); cq.close() } }
+}

@@ -36,13 +36,17 @@ describe('native classes refuse objects of the wrong kind', () => {
     expect(e.code).toBe('ERR_INVALID_ARG_TYPE')
   })
 
-  it('an empty ProtectionDomain wrapper (no device) is treated as closed', () => {
-    const empty = new anyNative.ProtectionDomain()
-    expect(thrown(() => empty.handle).code).toBe('ERR_CLOSED')
+  it('a ProtectionDomain needs a device', () => {
+    expect(thrown(() => new anyNative.ProtectionDomain()).code).toBe('ERR_INVALID_ARG_TYPE')
+  })
+
+  it('an empty QueuePair wrapper (the kind rdma_cm fills in) is treated as closed', () => {
+    const empty = new anyNative.QueuePair()
+    expect(thrown(() => empty.qpn).code).toBe('ERR_CLOSED')
     expect(() => empty.close()).not.toThrow()
-    const e = thrown(() => new anyNative.MemoryRegion(empty, wrongKind(), 1))
+    const e = thrown(() => empty.postSend(new Uint32Array(16), 1))
     expect(e.code).toBe('ERR_CLOSED')
-    expect(e.message).toBe('ProtectionDomain is closed')
+    expect(e.message).toBe('QueuePair is closed')
   })
 
   it.each([
