@@ -7,6 +7,8 @@
 
 namespace ibv {
 
+void InitTestHooks(Napi::Env env, Napi::Object exports);  // native/test_hooks.cc
+
 namespace {
 
 void CloseAll(void* arg) {
@@ -35,6 +37,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitAddressHandle(env, exports, data);
   InitMemoryWindow(env, exports, data);
   InitCm(env, exports, data);
+  InitTestHooks(env, exports);
   exports.Set("completionWords", Napi::Number::New(env, kCompletionWords));
   exports.Set("sendHeaderWords", Napi::Number::New(env, kSendHeaderWords));
   exports.Set("recvHeaderWords", Napi::Number::New(env, kRecvHeaderWords));

@@ -4,6 +4,8 @@
 import { describe, expect, it } from 'vitest'
 import { WorkRequestEncoder } from '../../lib/work-request-encoding.js'
 import { SendFlags, WrOpcode } from '../../lib/constants.js'
+import { native } from '../../lib/native.js'
+import { thrown } from './thrown.js'
 
 const TWO_32 = 2 ** 32
 
@@ -139,5 +141,120 @@ describe('WorkRequestEncoder', () => {
     e.addRecv(1, sges)
     expect(e.buffer.length).toBe(4 + 600 * 4)
     expect(e.buffer[4 + 599 * 4]).toBe(599)
+  })
+})
+
+// The native side of the same layout: native/work_request.cc's DecodeSendBatch
+// and DecodeRecvBatch, reached through a test-only export (no device needed),
+// decode what the encoder wrote into ibv_send_wr / ibv_recv_wr lists.
+interface DecodedSge { addr: bigint; length: number; lkey: number }
+interface DecodedWr {
+  wrId: bigint; opcode?: number; sendFlags?: number; sges: DecodedSge[]; immData?: number; invalidateRkey?: number
+  remoteAddr?: bigint; rkey?: number; compareAdd?: bigint; swap?: bigint; hasAh?: boolean; remoteQpn?: number; remoteQkey?: number
+}
+const decode = (native as unknown as {
+  __testOnlyDecodeWorkRequests(kind: 'send' | 'recv', words: Uint32Array, count: number): DecodedWr[]
+}).__testOnlyDecodeWorkRequests
+
+const words = (e: WorkRequestEncoder) => e.buffer.slice(0, e.used) // exactly what was written, no spare zeros
+const sge = (address: number, length: number, lkey: number) => ({ address, length, lkey })
+const decodedSge = (s: { address: number; length: number; lkey: number }) => ({ addr: BigInt(s.address), length: s.length, lkey: s.lkey })
+
+describe('the native decoder reads what the encoder wrote', () => {
+  it('round-trips a batch of every send opcode, linked in order', () => {
+    const e = new WorkRequestEncoder()
+    const write = [sge(0x7f0012345000, 4096, 0x1111), sge(2 ** 40 + 0x10, 8, 0x2222)]
+    e.addSend({ wrId: 5 * TWO_32 + 7, opcode: WrOpcode.RdmaWriteWithImm, flags: SendFlags.Signaled | SendFlags.Fence, sges: write,
+      immOrRkey: 0xcafebabe, remoteHi: 0x7f01, remoteLo: 0xfffff000, rkey: 0xabcdef01 })
+    e.addSend({ wrId: 2, opcode: WrOpcode.RdmaRead, flags: SendFlags.Signaled, sges: [sge(0x3000, 64, 9)], remoteHi: 0, remoteLo: 0x4000, rkey: 5 })
+    e.addSend({ wrId: 3, opcode: WrOpcode.AtomicCmpAndSwp, flags: SendFlags.Signaled, sges: [sge(0x2000, 8, 3)],
+      remoteHi: 1, remoteLo: 2, rkey: 4, compareAdd: 0x0123456789abcdefn, swap: 0xfedcba9876543210n })
+    e.addSend({ wrId: 4, opcode: WrOpcode.AtomicFetchAndAdd, flags: 0, sges: [sge(0x2008, 8, 3)], remoteLo: 0x10, rkey: 6, compareAdd: 2n ** 64n - 1n })
+    e.addSend({ wrId: Number.MAX_SAFE_INTEGER, opcode: WrOpcode.SendWithImm, flags: SendFlags.Inline, sges: [], immOrRkey: 0x01020304 })
+    e.addSend({ wrId: 6, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: 0x80000001 })
+    e.addSend({ wrId: 7, opcode: WrOpcode.SendWithInv, flags: 0, sges: [sge(1, 2, 3)], immOrRkey: 0x42 })
+    const decoded = decode('send', words(e), e.count)
+    expect(decoded).toEqual([
+      { wrId: 5n * 2n ** 32n + 7n, opcode: WrOpcode.RdmaWriteWithImm, sendFlags: SendFlags.Signaled | SendFlags.Fence,
+        sges: write.map(decodedSge), immData: 0xcafebabe, remoteAddr: 0x7f01fffff000n, rkey: 0xabcdef01 },
+      { wrId: 2n, opcode: WrOpcode.RdmaRead, sendFlags: SendFlags.Signaled, sges: [decodedSge(sge(0x3000, 64, 9))], immData: 0, remoteAddr: 0x4000n, rkey: 5 },
+      { wrId: 3n, opcode: WrOpcode.AtomicCmpAndSwp, sendFlags: SendFlags.Signaled, sges: [decodedSge(sge(0x2000, 8, 3))], immData: 0,
+        remoteAddr: 0x100000002n, rkey: 4, compareAdd: 0x0123456789abcdefn, swap: 0xfedcba9876543210n },
+      { wrId: 4n, opcode: WrOpcode.AtomicFetchAndAdd, sendFlags: 0, sges: [decodedSge(sge(0x2008, 8, 3))], immData: 0,
+        remoteAddr: 0x10n, rkey: 6, compareAdd: 2n ** 64n - 1n, swap: 0n },
+      { wrId: BigInt(Number.MAX_SAFE_INTEGER), opcode: WrOpcode.SendWithImm, sendFlags: SendFlags.Inline, sges: [], immData: 0x01020304,
+        hasAh: false, remoteQpn: 0, remoteQkey: 0 },
+      { wrId: 6n, opcode: WrOpcode.LocalInv, sendFlags: SendFlags.Signaled, sges: [], invalidateRkey: 0x80000001, hasAh: false, remoteQpn: 0, remoteQkey: 0 },
+      { wrId: 7n, opcode: WrOpcode.SendWithInv, sendFlags: 0, sges: [decodedSge(sge(1, 2, 3))], invalidateRkey: 0x42, hasAh: false, remoteQpn: 0, remoteQkey: 0 },
+    ])
+  })
+
+  it('round-trips 200 writes (the encoder grown twice) and decodes only `count` of them', () => {
+    const e = new WorkRequestEncoder()
+    for (let i = 0; i < 200; i++) {
+      e.addSend({ wrId: i + 1, opcode: WrOpcode.RdmaWrite, flags: 0, sges: [sge(0x1000 * (i + 1), i, i)], remoteLo: i * 8, rkey: i })
+    }
+    const decoded = decode('send', words(e), e.count)
+    expect(decoded.length).toBe(200)
+    decoded.forEach((wr, i) => expect(wr).toEqual({ wrId: BigInt(i + 1), opcode: WrOpcode.RdmaWrite, sendFlags: 0,
+      sges: [decodedSge(sge(0x1000 * (i + 1), i, i))], immData: 0, remoteAddr: BigInt(i * 8), rkey: i }))
+    expect(decode('send', words(e), 3).map((wr) => wr.wrId)).toEqual([1n, 2n, 3n])
+  })
+
+  it('round-trips receives with 0, 1 and 64 SGEs', () => {
+    const e = new WorkRequestEncoder()
+    const many = Array.from({ length: 64 }, (_, i) => sge(2 ** 45 + i * 16, i + 1, 1000 + i))
+    e.addRecv(3 * TWO_32 + 1, [sge(2 ** 40 + 0x10, 512, 0x77)])
+    e.addRecv(2, [])
+    e.addRecv(Number.MAX_SAFE_INTEGER, many)
+    expect(decode('recv', words(e), e.count)).toEqual([
+      { wrId: 3n * 2n ** 32n + 1n, sges: [decodedSge(sge(2 ** 40 + 0x10, 512, 0x77))] },
+      { wrId: 2n, sges: [] },
+      { wrId: BigInt(Number.MAX_SAFE_INTEGER), sges: many.map(decodedSge) },
+    ])
+  })
+
+  it('looks up a UD destination by address-handle id: an unknown id is refused as closed', () => {
+    const e = new WorkRequestEncoder()
+    e.addSend({ wrId: 1, opcode: WrOpcode.Send, flags: 0, sges: [], ahId: 9, remoteQpn: 0xabcdef, remoteQkey: 0x11111111 })
+    expect(thrown(() => decode('send', words(e), 1))).toMatchObject({ code: 'ERR_CLOSED', message: 'AddressHandle is closed' })
+  })
+
+  describe.each(['send', 'recv'] as const)('malformed %s batches are refused with ERR_INVALID_ARG_VALUE', (kind) => {
+    const header = kind === 'send' ? 16 : 4
+    const numSgeWord = kind === 'send' ? 4 : 2
+    const encode = (count: number, sges: number) => {
+      const e = new WorkRequestEncoder()
+      for (let i = 0; i < count; i++) {
+        const list = Array.from({ length: sges }, (_, j) => sge(0x1000 + j, 8, 1))
+        if (kind === 'send') e.addSend({ wrId: i, opcode: WrOpcode.Send, flags: 0, sges: list })
+        else e.addRecv(i, list)
+      }
+      return words(e)
+    }
+    const malformed = (w: Uint32Array, count: number, what: string) => {
+      expect(thrown(() => decode(kind, w, count))).toMatchObject({ code: 'ERR_INVALID_ARG_VALUE', message: `Malformed work request batch: ${what}` })
+    }
+
+    it('zero count', () => malformed(encode(1, 1), 0, 'no work requests'))
+    it('a header cut short', () => malformed(encode(1, 0).subarray(0, header - 1), 1, 'truncated header'))
+    it('a count larger than the requests written', () => malformed(encode(2, 1), 3, 'truncated header'))
+    it('an SGE list cut short', () => malformed(encode(1, 2).subarray(0, header + 4 + 3), 1, 'truncated SGE list'))
+    it('an SGE count that runs past the end', () => {
+      const w = encode(1, 1)
+      w[numSgeWord] = 2
+      malformed(w, 1, 'truncated SGE list')
+    })
+    it('more than 64 SGEs', () => {
+      const w = encode(1, 0)
+      w[numSgeWord] = 65
+      malformed(w, 1, 'too many SGEs')
+      const wrap = encode(1, 0)
+      wrap[numSgeWord] = 0x40000000 // * 4 words would wrap a 32-bit offset to 0
+      malformed(wrap, 1, 'too many SGEs')
+    })
+    it('a Uint32Array is required', () => {
+      expect(thrown(() => decode(kind, new Int32Array(header) as unknown as Uint32Array, 1))).toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+    })
   })
 })

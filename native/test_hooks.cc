@@ -1,0 +1,103 @@
+// Test-only entry points: let the host's unit tests (no RDMA device) run
+// native code that is otherwise reached only through a real queue pair.
+// Not part of the API: lib/ never calls these and lib/index.ts does not export
+// them; the exported name says so.
+#include <arpa/inet.h>
+
+#include "addon.h"
+#include "common.h"
+#include "work_request.h"
+
+namespace ibv {
+
+namespace {
+
+Napi::BigInt Big(Napi::Env env, uint64_t value) { return Napi::BigInt::New(env, value); }
+
+Napi::Array Sges(Napi::Env env, const ibv_sge* sges, int count) {
+  Napi::Array out = Napi::Array::New(env, count);
+  for (int i = 0; i < count; i++) {
+    Napi::Object sge = Napi::Object::New(env);
+    sge.Set("addr", Big(env, sges[i].addr));
+    sge.Set("length", Napi::Number::New(env, sges[i].length));
+    sge.Set("lkey", Napi::Number::New(env, sges[i].lkey));
+    out.Set(i, sge);
+  }
+  return out;
+}
+
+// The fields of an ibv_send_wr that its opcode makes meaningful (wr.wr is a union).
+Napi::Object SendFields(Napi::Env env, const ibv_send_wr& wr) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("wrId", Big(env, wr.wr_id));
+  o.Set("opcode", Napi::Number::New(env, wr.opcode));
+  o.Set("sendFlags", Napi::Number::New(env, wr.send_flags));
+  o.Set("sges", Sges(env, wr.sg_list, wr.num_sge));
+  if (wr.opcode == IBV_WR_LOCAL_INV || wr.opcode == IBV_WR_SEND_WITH_INV) {
+    o.Set("invalidateRkey", Napi::Number::New(env, wr.invalidate_rkey));
+  } else {
+    o.Set("immData", Napi::Number::New(env, ntohl(wr.imm_data)));
+  }
+  switch (wr.opcode) {
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      o.Set("remoteAddr", Big(env, wr.wr.atomic.remote_addr));
+      o.Set("rkey", Napi::Number::New(env, wr.wr.atomic.rkey));
+      o.Set("compareAdd", Big(env, wr.wr.atomic.compare_add));
+      o.Set("swap", Big(env, wr.wr.atomic.swap));
+      break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      o.Set("remoteAddr", Big(env, wr.wr.rdma.remote_addr));
+      o.Set("rkey", Napi::Number::New(env, wr.wr.rdma.rkey));
+      break;
+    default:
+      o.Set("hasAh", Napi::Boolean::New(env, wr.wr.ud.ah != nullptr));
+      o.Set("remoteQpn", Napi::Number::New(env, wr.wr.ud.remote_qpn));
+      o.Set("remoteQkey", Napi::Number::New(env, wr.wr.ud.remote_qkey));
+      break;
+  }
+  return o;
+}
+
+Napi::Object RecvFields(Napi::Env env, const ibv_recv_wr& wr) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("wrId", Big(env, wr.wr_id));
+  o.Set("sges", Sges(env, wr.sg_list, wr.num_sge));
+  return o;
+}
+
+// __testOnlyDecodeWorkRequests('send' | 'recv', words: Uint32Array, count):
+// runs DecodeSendBatch / DecodeRecvBatch exactly as postSend/postRecv do and
+// returns the decoded list, walked through its `next` links.
+Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+  if (kind != "send" && kind != "recv") ThrowCode(env, "ERR_INVALID_ARG_VALUE", "kind must be 'send' or 'recv'");
+  const uint32_t* words = nullptr;
+  size_t length = 0;
+  Uint32Words(env, info[1], &words, &length);
+  uint32_t count = ArgU32(info, 2, "count");
+  WorkRequestScratch scratch;
+  Napi::Array out = Napi::Array::New(env);
+  uint32_t n = 0;
+  if (kind == "send") {
+    for (ibv_send_wr* wr = DecodeSendBatch(env, words, length, count, &scratch); wr; wr = wr->next) {
+      out.Set(n++, SendFields(env, *wr));
+    }
+  } else {
+    for (ibv_recv_wr* wr = DecodeRecvBatch(env, words, length, count, &scratch); wr; wr = wr->next) {
+      out.Set(n++, RecvFields(env, *wr));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void InitTestHooks(Napi::Env env, Napi::Object exports) {
+  exports.Set("__testOnlyDecodeWorkRequests", Napi::Function::New(env, DecodeWorkRequestsForTest));
+}
+
+}  // namespace ibv
