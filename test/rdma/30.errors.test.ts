@@ -146,13 +146,22 @@ describe('local errors', () => {
     expect(() => pd.allocRegion(4096, Access.RemoteAtomic)).toThrow(RdmaError)
   })
 
-  it('a dead peer gives RETRY_EXC_ERR in bounded time', async () => {
-    const { a, b } = await pair({ connect: { timeout: 8, retryCount: 1 } })
+  it('a dead peer gives RETRY_EXC_ERR within the bound its timeout and retry count set', async () => {
+    const timeout = 8
+    const retryCount = 1
+    const { a, b } = await pair({ connect: { timeout, retryCount } })
+    // Each try waits 4.096 us * 2^timeout; the spec lets a device wait up to 4x that, and
+    // the kernel rounds up to a timer tick (<= 10 ms). Slack for a loaded emulated guest.
+    const perTryMs = Math.max(4 * 4.096e-3 * 2 ** timeout, 10)
+    const slackMs = 10_000
+    const boundMs = (retryCount + 1) * perTryMs + slackMs
     b.qp.close()
-    const started = Date.now()
-    const error = await a.qp.write(a.region.slice(0, 8), b.region.asRemote().slice(0, 8)).catch((e) => e)
+    const started = performance.now()
+    const error = await a.qp.write(a.region.slice(0, 8), b.region.asRemote().slice(0, 8), { timeoutMs: 2 * boundMs }).catch((e) => e)
+    const elapsedMs = performance.now() - started
     expect(error).toMatchObject({ status: 'RETRY_EXC_ERR' })
-    console.log(`dead peer detected after ${Date.now() - started} ms`)
+    expect(elapsedMs, `dead peer detected after ${Math.round(elapsedMs)} ms`).toBeLessThan(boundMs)
+    console.log(`dead peer detected after ${Math.round(elapsedMs)} ms (bound ${Math.round(boundMs)} ms)`)
   })
 
   it('a receive nobody sends to can time out or be aborted', async () => {
