@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Access, connect, decodeDescriptors, encodeDescriptors, listen, RdmaError, remoteRegion, type Device, type ProtectionDomain } from '../../dist/index.js'
 import { testDevice } from './helpers.js'
 import { exchange, startServer, type ServerProcess } from './cm-helpers.js'
+import { envMissing, needs } from './needs.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
 let device: Device
@@ -49,12 +50,36 @@ describe('rdma_cm with a server in another process', () => {
     const local = pd.allocRegion(65536)
     const disconnected = new Promise((resolve) => conn.once('disconnected', resolve))
     const pendingReceive = conn.qp.recv(local.slice(0, 64))
-    const writes = Array.from({ length: 200 }, () => conn.qp.write(local.slice(0, 65536), remote.slice(0, 65536)).then(() => 'ok', (e) => e))
+    // Keep writing, batch after batch, until a write fails: the kill lands mid-transfer.
+    const outcomes: unknown[] = []
+    let firstBatch!: () => void
+    const firstBatchDone = new Promise<void>((resolve) => { firstBatch = resolve })
+    const writer = (async () => {
+      for (;;) {
+        const batch = await Promise.all(Array.from({ length: 16 }, () =>
+          conn.qp.write(local.slice(0, 65536), remote.slice(0, 65536), { timeoutMs: 30_000 }).then(() => 'ok', (e) => e)))
+        outcomes.push(...batch)
+        firstBatch()
+        if (batch.some((o) => o !== 'ok')) return
+      }
+    })()
+    await firstBatchDone
     victim.child.kill('SIGKILL')
+    await writer
     const receiveError = await pendingReceive.catch((e) => e)
     expect(receiveError).toBeInstanceOf(RdmaError)
-    const outcomes = await Promise.all(writes)
-    expect(outcomes.filter((o) => o !== 'ok').every((o) => o instanceof RdmaError)).toBe(true)
+    expect(receiveError).toMatchObject({ status: 'WR_FLUSH_ERR', verb: 'recv' })
+    // Writes complete in order: the ones before the kill succeeded, and from the first failure on every one failed.
+    const firstFailure = outcomes.findIndex((o) => o !== 'ok')
+    expect(firstFailure).toBeGreaterThanOrEqual(16)
+    const failures = outcomes.slice(firstFailure)
+    const codes = failures.map((e) => (e as RdmaError).code)
+    console.log(`peer killed: ${firstFailure} writes succeeded, then ${failures.length} failed: ${[...new Set(codes)].join(', ')}`)
+    for (const failure of failures) expect(failure).toBeInstanceOf(RdmaError)
+    for (const failure of failures) expect(failure).toMatchObject({ verb: 'write', qpn: conn.qp.qpn })
+    // The first: flushed by the disconnect rdma_cm reports, or out of retries if that comes first; the rest: flushed.
+    expect(['WR_FLUSH_ERR', 'RETRY_EXC_ERR'], `first failure: ${String(failures[0])}`).toContain(codes[0])
+    expect(codes.slice(1).filter((code) => code !== 'WR_FLUSH_ERR')).toEqual([])
     await disconnected
     await expect(conn.qp.write(local.slice(0, 8), remote.slice(0, 8))).rejects.toMatchObject({ code: 'ERR_QP_STATE' })
     conn.close()
@@ -65,8 +90,7 @@ describe('rdma_cm with a server in another process', () => {
 describe('rdma_cm over IPv6', () => {
   // The environment puts an IPv6 address on the device's netdev (always in the guest).
   const host6 = process.env.SOFTROCE_ADDR6
-  it.runIf(host6 !== undefined || process.env.SOFTROCE_MODE === 'vm')('connects and moves verified data over IPv6', async () => {
-    expect(host6, 'SOFTROCE_ADDR6').toBeDefined()
+  needs(envMissing('SOFTROCE_ADDR6'))('connects and moves verified data over IPv6', async () => {
     const v6 = await startServer(host6!)
     try {
       const conn = await exchange(host6!, v6.port, pd, 6)
@@ -117,7 +141,12 @@ describe('rdma_cm failures are typed errors', () => {
     await expect(connect({ host, port: 70000 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
     await expect(connect({ host: 42 as never, port: 1 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
     await expect(connect({ host, port: 1, privateData: Buffer.alloc(57) })).rejects.toThrow(RangeError)
-    await expect(listen({ host: 'not an address at all', port: 1 })).rejects.toThrow()
+    // A name that does not resolve: getaddrinfo's own error, naming the host.
+    await expect(listen({ host: 'not an address at all', port: 1 })).rejects.toMatchObject({
+      code: expect.stringMatching(/^(ENOTFOUND|EAI_AGAIN)$/), syscall: 'getaddrinfo', hostname: 'not an address at all',
+    })
+    // An address no interface of this machine has (TEST-NET-1): binding to it is refused.
+    await expect(listen({ host: '192.0.2.1', port: 1 })).rejects.toMatchObject({ name: 'RdmaError', code: 'EADDRNOTAVAIL', syscall: 'rdma_bind_addr' })
   })
 
   it('without a PD, a connection opens its device and a PD of its own', async () => {

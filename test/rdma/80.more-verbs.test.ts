@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { execFileSync } from 'node:child_process'
 import { Access, RemoteRegion, type AsyncEvent, type Device } from '../../dist/index.js'
 import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice } from './helpers.js'
+import { envMissing, needs } from './needs.js'
 
 let device: Device
 beforeAll(() => { device = testDevice() })
@@ -39,7 +40,8 @@ describe('device async events', () => {
   })
 
   // Takes the netdev down and up: only in the throwaway guest.
-  it.runIf(process.env.SOFTROCE_MODE === 'vm')('PORT_ERR and PORT_ACTIVE follow the link of the netdev', async () => {
+  const inGuest = process.env.SOFTROCE_MODE === 'vm' ? envMissing('SOFTROCE_NETDEV') : 'takes the netdev down and up: only in the throwaway QEMU guest (SOFTROCE_MODE=vm)'
+  needs(inGuest)('PORT_ERR and PORT_ACTIVE follow the link of the netdev', async () => {
     const netdev = process.env.SOFTROCE_NETDEV!
     const down = nextEvent('PORT_ERR')
     execFileSync('ip', ['link', 'set', netdev, 'down'])
