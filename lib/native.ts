@@ -16,7 +16,7 @@ export interface NativeContext {
   close(): void
 }
 export interface NativeProtectionDomain { readonly handle: number; close(): void }
-export interface NativeBufferHandle { readonly address: number; readonly size: number; view(): ArrayBuffer; release(): void }
+export interface NativeBufferHandle { readonly address: number; readonly size: number; view(offset?: number, length?: number): ArrayBuffer; release(): void }
 export interface NativeMemoryRegion {
   info(): { address: number; length: number; lkey: number; rkey: number }
   isDetached(): boolean

@@ -4,7 +4,7 @@ import { native, type NativeQueuePair } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
-import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
+import { LocalSlice, MAX_VIEW_BYTES, RemoteSlice, type MemoryRegion } from './memory.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
 import { WorkQueueSlots } from './work-queue.js'
@@ -488,7 +488,7 @@ export class QueuePair extends Resource implements PendingOwner {
         const pd = this.pd
         this.#submit('send', verb, 1, local.region, wait,
           (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
-            const value = readUint64LE(local.region.bytes, local.offset)
+            const value = local.region.length <= MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
             if (owned) pd.returnAtomicSlot(local)
             resolve(value)
           },
