@@ -2,7 +2,7 @@
 export { listDevices, openDevice, Device } from './device.js'
 export type { DeviceInfo, PortInfo, GidEntry, DeviceAttributes, AsyncEvent } from './device.js'
 export { ProtectionDomain } from './protection-domain.js'
-export { NativeMemory, MemoryRegion, LocalSlice, RemoteRegion, RemoteSlice, remoteRegion, MAX_VIEW_BYTES } from './memory.js'
+export { NativeMemory, MemoryRegion, LocalSlice, RemoteRegion, RemoteSlice, remoteRegion } from './memory.js'
 export type { RemoteDescriptor, RegisterableMemory } from './memory.js'
 export { CompletionQueue } from './completion-queue.js'
 export type { CompletionQueueOptions } from './completion-queue.js'

@@ -9,10 +9,12 @@ import type { ProtectionDomain } from './protection-domain.js'
 const TWO_32 = 4294967296
 
 /** The most bytes one view (Uint8Array) of native memory holds: larger memory is seen through windows. */
-export const MAX_VIEW_BYTES = TWO_32
+const MAX_VIEW_BYTES = TWO_32
 
 /** Page-aligned memory owned by the library (not a JS ArrayBuffer, so it can't be detached). */
 export class NativeMemory {
+  /** The most bytes one view (`bytes`, `window()`) holds: 4 GiB. Larger memory is seen through windows. */
+  static readonly MAX_VIEW_BYTES = MAX_VIEW_BYTES
   /** @internal */ readonly handle: NativeBufferHandle
   readonly size: number
   #bytes: Uint8Array | undefined

@@ -5,7 +5,9 @@
 import { describe, expect, it } from 'vitest'
 import { thrown } from './thrown.js'
 import { native } from '../../dist/native.js'
-import { MAX_VIEW_BYTES, NativeMemory } from '../../dist/index.js'
+import { NativeMemory } from '../../dist/index.js'
+
+const MAX_VIEW_BYTES = NativeMemory.MAX_VIEW_BYTES
 
 const GiB = 2 ** 30
 const BIG = 4 * GiB + 4096
