@@ -5,6 +5,7 @@ import { call, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
+import { markAsUntransferable } from 'node:worker_threads'
 
 const TWO_32 = 4294967296
 
@@ -76,6 +77,10 @@ export class MemoryRegion extends Resource {
     if (memory instanceof NativeMemory) {
       this.handle = call(() => new native.MemoryRegion(pd.handle, memory.handle, access))
       this.#memory = memory
+    } else if (isResizable(memory)) {
+      // The device keeps the address and length it registered: memory that
+      // can shrink or move under it must never be registered.
+      throw new RdmaError('Cannot register a resizable ArrayBuffer or growable SharedArrayBuffer: use a fixed-length ArrayBuffer or allocBuffer()', { code: 'ERR_RESIZABLE' })
     } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory)) {
       if (isDetached(memory instanceof ArrayBuffer ? memory : memory.buffer)) {
         throw new RdmaError('Cannot register a detached ArrayBuffer', { code: 'ERR_DETACHED' })
@@ -90,6 +95,11 @@ export class MemoryRegion extends Resource {
       }
       if (this.#jsBytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
       this.handle = call(() => new native.MemoryRegion(pd.handle, memory, access))
+      // A transfer (postMessage, structuredClone) would detach the buffer and
+      // hand its memory to another owner while the device still writes it.
+      // Marked, it is copied (Node 20) or refused (later Node) instead. The
+      // mark is permanent: it stays after deregistration.
+      markAsUntransferable(this.#jsBacking)
     } else {
       throw typeError('a NativeMemory, ArrayBuffer or ArrayBufferView', 'memory', memory)
     }
@@ -195,6 +205,13 @@ export class MemoryRegion extends Resource {
     call(() => this.handle.close())
     void this.#memory
   }
+}
+
+function isResizable(memory: unknown): boolean {
+  const buffer = ArrayBuffer.isView(memory) ? memory.buffer : memory
+  if (buffer instanceof ArrayBuffer) return (buffer as { resizable?: boolean }).resizable === true
+  if (buffer instanceof SharedArrayBuffer) return (buffer as { growable?: boolean }).growable === true
+  return false
 }
 
 function isDetached(buffer: ArrayBufferLike): boolean {

@@ -43,7 +43,7 @@ export interface NativeSharedReceiveQueue {
   close(): void
 }
 export interface NativeAddressHandle { readonly id: number; close(): void }
-export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; close(): void }
+export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; setRkey(rkey: number): void; close(): void }
 
 export interface NativeCmEvent {
   type: string

@@ -439,17 +439,42 @@ export class QueuePair extends Resource implements PendingOwner {
         slice.region.assertUsable()
         integer(access, 'access', 0, 0xffffffff)
         const wait = waitOptions(options)
-        let rkey = 0
-        this.#submit('send', 'bindWindow', 1, [slice.region], wait, resolve, reject,
-          () => ({ version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }),
-          (first) => {
-            rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
-            window.boundRkey = rkey
-          }, true)
+        if (window.binding) throw new RdmaError('A bind of this memory window is in flight: wait for it before binding again', { code: 'ERR_BUSY' })
+        // The device takes the new rkey only if the bind completes: until then
+        // the window keeps the rkey it had (type 1 binds change it at post).
+        const before = window.handle.rkey
+        window.binding = true
+        try {
+          this.#bindSubmit(window, before, slice, access, wait, resolve, reject)
+        } catch (error) {
+          window.binding = false
+          throw error
+        }
       } catch (error) {
         reject(error)
       }
     })
+  }
+
+  /** Posts the bind; the window's rkey changes only when it completes. */
+  #bindSubmit(window: MemoryWindow, before: number, slice: LocalSlice, access: number, wait: WaitOptions,
+    resolve: (value: { version: 1; addr: string; rkey: number; length: number }) => void, reject: (error: Error) => void): void {
+    let rkey = 0
+    this.#submit('send', 'bindWindow', 1, [slice.region], wait, resolve,
+      (error) => {
+        window.binding = false
+        if (!window.closed) window.handle.setRkey(before)
+        reject(error)
+      },
+      () => {
+        window.binding = false
+        if (!window.closed) window.handle.setRkey(rkey)
+        window.boundRkey = rkey
+        return { version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }
+      },
+      (first) => {
+        rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
+      }, true)
   }
 
   /** LOCAL_INV: invalidates a type 2 memory window's rkey on this device. */
