@@ -10,8 +10,10 @@ export class MemoryWindow extends Resource {
   /** @internal */ readonly handle: NativeMemoryWindow
   readonly pd: ProtectionDomain
   readonly type: 1 | 2
-  /** @internal rkey of the latest bind */
+  /** @internal rkey of the latest successful bind */
   boundRkey = 0
+  /** @internal A bind of this window is in flight (the next needs its outcome). */
+  binding = false
 
   /** @internal use pd.allocMemoryWindow() */
   constructor(pd: ProtectionDomain, type: 1 | 2) {
@@ -22,7 +24,7 @@ export class MemoryWindow extends Resource {
     this.adoptedBy(pd)
   }
 
-  /** The rkey that the latest bind granted. */
+  /** The rkey that the latest successful bind granted. */
   get rkey(): number { return this.boundRkey || this.handle.rkey }
 
   protected closeHandle(): void {

@@ -5,24 +5,48 @@ import { call, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
+import { markAsUntransferable } from 'node:worker_threads'
 
 const TWO_32 = 4294967296
 
+/** The most bytes one view (Uint8Array) of native memory holds: larger memory is seen through windows. */
+const MAX_VIEW_BYTES = TWO_32
+
 /** Page-aligned memory owned by the library (not a JS ArrayBuffer, so it can't be detached). */
 export class NativeMemory {
+  /** The most bytes one view (`bytes`, `window()`) holds: 4 GiB. Larger memory is seen through windows. */
+  static readonly MAX_VIEW_BYTES = MAX_VIEW_BYTES
   /** @internal */ readonly handle: NativeBufferHandle
   readonly size: number
-  /** A view of the memory; the memory stays alive while this view does. */
-  readonly bytes: Uint8Array
+  #bytes: Uint8Array | undefined
 
   constructor(size: number) {
     integer(size, 'size', 1, Number.MAX_SAFE_INTEGER)
     this.handle = call(() => new native.NativeBuffer(size))
     this.size = size
-    this.bytes = new Uint8Array(this.handle.view())
+  }
+
+  /**
+   * A view of the whole memory; the memory stays alive while this view does.
+   * Throws ERR_VIEW_TOO_LARGE for memory over MAX_VIEW_BYTES: use window().
+   */
+  get bytes(): Uint8Array {
+    return this.#bytes ??= this.window(0, this.size)
+  }
+
+  /** A view of `length` bytes from `offset` (at most MAX_VIEW_BYTES); it keeps the memory alive. */
+  window(offset: number, length: number): Uint8Array {
+    integer(offset, 'offset', 0, this.size)
+    integer(length, 'length', 0, this.size - offset)
+    if (length > MAX_VIEW_BYTES) throw viewTooLarge(length)
+    return new Uint8Array(call(() => this.handle.view(offset, length)))
   }
 
   get address(): number { return this.handle.address }
+}
+
+function viewTooLarge(length: number): RdmaError {
+  return new RdmaError(`A view holds at most ${MAX_VIEW_BYTES} bytes (4 GiB), not ${length}: view a window instead (region.slice(offset, length).bytes)`, { code: 'ERR_VIEW_TOO_LARGE' })
 }
 
 export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView
@@ -37,8 +61,8 @@ export class MemoryRegion extends Resource {
   readonly length: number
   readonly lkey: number
   readonly rkey: number
-  /** The registered bytes. */
-  readonly bytes: Uint8Array
+  /** @internal The registered JS bytes; undefined for library memory (see `bytes`). */
+  readonly #jsBytes: Uint8Array | undefined
   /** @internal Work requests in flight that name this region. */
   inflight = 0
   #idleWaiters: Array<() => void> = []
@@ -53,21 +77,29 @@ export class MemoryRegion extends Resource {
     if (memory instanceof NativeMemory) {
       this.handle = call(() => new native.MemoryRegion(pd.handle, memory.handle, access))
       this.#memory = memory
-      this.bytes = memory.bytes
+    } else if (isResizable(memory)) {
+      // The device keeps the address and length it registered: memory that
+      // can shrink or move under it must never be registered.
+      throw new RdmaError('Cannot register a resizable ArrayBuffer or growable SharedArrayBuffer: use a fixed-length ArrayBuffer or allocBuffer()', { code: 'ERR_RESIZABLE' })
     } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory)) {
       if (isDetached(memory instanceof ArrayBuffer ? memory : memory.buffer)) {
         throw new RdmaError('Cannot register a detached ArrayBuffer', { code: 'ERR_DETACHED' })
       }
       if (memory instanceof ArrayBuffer) {
         this.#jsBacking = memory
-        this.bytes = new Uint8Array(memory)
+        this.#jsBytes = new Uint8Array(memory)
       } else {
         if (!(memory.buffer instanceof ArrayBuffer)) throw typeError('an ArrayBuffer-backed view', 'memory', memory)
         this.#jsBacking = memory.buffer
-        this.bytes = new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
+        this.#jsBytes = new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
       }
-      if (this.bytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
+      if (this.#jsBytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
       this.handle = call(() => new native.MemoryRegion(pd.handle, memory, access))
+      // A transfer (postMessage, structuredClone) would detach the buffer and
+      // hand its memory to another owner while the device still writes it.
+      // Marked, it is copied (Node 20) or refused (later Node) instead. The
+      // mark is permanent: it stays after deregistration.
+      markAsUntransferable(this.#jsBacking)
     } else {
       throw typeError('a NativeMemory, ArrayBuffer or ArrayBufferView', 'memory', memory)
     }
@@ -77,6 +109,21 @@ export class MemoryRegion extends Resource {
     this.lkey = info.lkey
     this.rkey = info.rkey
     this.adoptedBy(pd)
+  }
+
+  /**
+   * The registered bytes (a view, no copy). Throws ERR_VIEW_TOO_LARGE for a
+   * region over MAX_VIEW_BYTES: use slice(offset, length).bytes for a window.
+   */
+  get bytes(): Uint8Array {
+    return this.#jsBytes ?? this.#memory!.bytes
+  }
+
+  /** @internal A view of [offset, offset + length) of the registered bytes. */
+  window(offset: number, length: number): Uint8Array {
+    if (this.#jsBytes !== undefined) return this.#jsBytes.subarray(offset, offset + length)
+    if (this.length <= MAX_VIEW_BYTES) return this.#memory!.bytes.subarray(offset, offset + length)
+    return this.#memory!.window(offset, length)
   }
 
   /** A part of this region for local use in a work request. */
@@ -160,6 +207,13 @@ export class MemoryRegion extends Resource {
   }
 }
 
+function isResizable(memory: unknown): boolean {
+  const buffer = ArrayBuffer.isView(memory) ? memory.buffer : memory
+  if (buffer instanceof ArrayBuffer) return (buffer as { resizable?: boolean }).resizable === true
+  if (buffer instanceof SharedArrayBuffer) return (buffer as { growable?: boolean }).growable === true
+  return false
+}
+
 function isDetached(buffer: ArrayBufferLike): boolean {
   if (buffer.byteLength !== 0) return false
   try {
@@ -175,8 +229,8 @@ export class LocalSlice {
   constructor(readonly region: MemoryRegion, readonly offset: number, readonly length: number) {}
   get address(): number { return this.region.address + this.offset }
   get lkey(): number { return this.region.lkey }
-  /** The bytes of this slice (a view, no copy). */
-  get bytes(): Uint8Array { return this.region.bytes.subarray(this.offset, this.offset + this.length) }
+  /** The bytes of this slice (a view, no copy); ERR_VIEW_TOO_LARGE over MAX_VIEW_BYTES. */
+  get bytes(): Uint8Array { return this.region.window(this.offset, this.length) }
 }
 
 /** Remote memory descriptor, version 1. `addr` is a hex string so that 64-bit addresses survive JSON. */

@@ -16,7 +16,7 @@ export interface NativeContext {
   close(): void
 }
 export interface NativeProtectionDomain { readonly handle: number; close(): void }
-export interface NativeBufferHandle { readonly address: number; readonly size: number; view(): ArrayBuffer; release(): void }
+export interface NativeBufferHandle { readonly address: number; readonly size: number; view(offset?: number, length?: number): ArrayBuffer; release(): void }
 export interface NativeMemoryRegion {
   info(): { address: number; length: number; lkey: number; rkey: number }
   isDetached(): boolean
@@ -43,7 +43,7 @@ export interface NativeSharedReceiveQueue {
   close(): void
 }
 export interface NativeAddressHandle { readonly id: number; close(): void }
-export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; close(): void }
+export interface NativeMemoryWindow { readonly rkey: number; readonly type: number; setRkey(rkey: number): void; close(): void }
 
 export interface NativeCmEvent {
   type: string

@@ -4,9 +4,10 @@ import { native, type NativeQueuePair } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
-import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
+import { LocalSlice, NativeMemory, RemoteSlice, type MemoryRegion } from './memory.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
+import { MAX_SGE_BYTES, splitWr } from './split.js'
 import { WorkQueueSlots } from './work-queue.js'
 import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
 import { CompletionQueue } from './completion-queue.js'
@@ -203,6 +204,8 @@ export class QueuePair extends Resource implements PendingOwner {
   #turnOpen = false
   readonly #closeTurn = (): void => { this.#turnOpen = false }
   readonly #recvSlots: WorkQueueSlots
+  /** Bytes one work request may move (the port's max message size); 0 until first asked. */
+  #maxMessage = 0
 
   /**
    * @internal use pd.createQp(). `create` makes the native QP (rdma_cm
@@ -405,15 +408,17 @@ export class QueuePair extends Resource implements PendingOwner {
           return this.#sendWr(kind, record.local, record.remote, record, i, baseFlags)
         })
         const regions = wrs.flatMap((w) => w.regions)
+        // Writes and reads over the max message size become several requests.
+        const requests = wrs.flatMap(({ wr, length }) => length > this.#maxMessage && this.#overMaxMessage(length) ? splitWr(wr, length, this.#maxMessage) : [wr])
         const verb = operations.length === 1 ? operations[0]!.op : 'batch'
         // 'each' signals every request (one completion each); the promise
         // still settles once, on the last completion or the first failure.
-        this.#submit('send', verb, wrs.length, regions, wait, resolve, reject, noResult, (first, enc) => {
-          wrs.forEach((w, i) => {
-            const signaled = mode === 'each' || i === wrs.length - 1
-            w.wr.wrId = first + i
-            if (signaled) w.wr.flags |= SendFlags.Signaled
-            enc.addSend(w.wr)
+        this.#submit('send', verb, requests.length, regions, wait, resolve, reject, noResult, (first, enc) => {
+          requests.forEach((wr, i) => {
+            const signaled = mode === 'each' || i === requests.length - 1
+            wr.wrId = first + i
+            if (signaled) wr.flags |= SendFlags.Signaled
+            enc.addSend(wr)
           })
         })
       } catch (error) {
@@ -434,17 +439,42 @@ export class QueuePair extends Resource implements PendingOwner {
         slice.region.assertUsable()
         integer(access, 'access', 0, 0xffffffff)
         const wait = waitOptions(options)
-        let rkey = 0
-        this.#submit('send', 'bindWindow', 1, [slice.region], wait, resolve, reject,
-          () => ({ version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }),
-          (first) => {
-            rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
-            window.boundRkey = rkey
-          }, true)
+        if (window.binding) throw new RdmaError('A bind of this memory window is in flight: wait for it before binding again', { code: 'ERR_BUSY' })
+        // The device takes the new rkey only if the bind completes: until then
+        // the window keeps the rkey it had (type 1 binds change it at post).
+        const before = window.handle.rkey
+        window.binding = true
+        try {
+          this.#bindSubmit(window, before, slice, access, wait, resolve, reject)
+        } catch (error) {
+          window.binding = false
+          throw error
+        }
       } catch (error) {
         reject(error)
       }
     })
+  }
+
+  /** Posts the bind; the window's rkey changes only when it completes. */
+  #bindSubmit(window: MemoryWindow, before: number, slice: LocalSlice, access: number, wait: WaitOptions,
+    resolve: (value: { version: 1; addr: string; rkey: number; length: number }) => void, reject: (error: Error) => void): void {
+    let rkey = 0
+    this.#submit('send', 'bindWindow', 1, [slice.region], wait, resolve,
+      (error) => {
+        window.binding = false
+        if (!window.closed) window.handle.setRkey(before)
+        reject(error)
+      },
+      () => {
+        window.binding = false
+        if (!window.closed) window.handle.setRkey(rkey)
+        window.boundRkey = rkey
+        return { version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }
+      },
+      (first) => {
+        rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
+      }, true)
   }
 
   /** LOCAL_INV: invalidates a type 2 memory window's rkey on this device. */
@@ -488,7 +518,7 @@ export class QueuePair extends Resource implements PendingOwner {
         const pd = this.pd
         this.#submit('send', verb, 1, local.region, wait,
           (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
-            const value = readUint64LE(local.region.bytes, local.offset)
+            const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
             if (owned) pd.returnAtomicSlot(local)
             resolve(value)
           },
@@ -509,7 +539,7 @@ export class QueuePair extends Resource implements PendingOwner {
    * Validates one write/read/send and builds its work request. Hot path:
    * argument names for messages are only built when a check fails.
    */
-  #sendWr(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, o: Record<string, unknown>, index: number, baseFlags: number): { wr: SendWr; regions: MemoryRegion | MemoryRegion[] } {
+  #sendWr(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, o: Record<string, unknown>, index: number, baseFlags: number): { wr: SendWr; regions: MemoryRegion | MemoryRegion[]; length: number } {
     let sges: Sge[]
     let regions: MemoryRegion | MemoryRegion[]
     let length: number
@@ -540,6 +570,9 @@ export class QueuePair extends Resource implements PendingOwner {
         wr.opcode = WrOpcode.SendWithInv
         wr.immOrRkey = integer(o.invalidateRkey, `${opNameOf(index)}.invalidateRkey`, 0, 0xffffffff)
       }
+      if (length > this.#maxMessage && this.#overMaxMessage(length)) { // a message cannot be split
+        throw new RdmaError(`Cannot send ${length} bytes: a message holds at most ${this.#maxMessage} (the port's max message size)`, { code: 'ERR_MESSAGE_TOO_LARGE', verb: kind, qpn: this.qpn })
+      }
       if (this.type === 'UD') {
         const dest = object(o.dest, `${opNameOf(index)}.dest`)
         const ah = instance(dest.ah, `${opNameOf(index)}.dest.ah`, AddressHandle)
@@ -563,7 +596,13 @@ export class QueuePair extends Resource implements PendingOwner {
         if (imm !== undefined) wr.immOrRkey = imm as number
       }
     }
-    return { wr, regions }
+    return { wr, regions, length }
+  }
+
+  /** Whether `length` is over the port's max message size (asked once, on the first non-empty operation). */
+  #overMaxMessage(length: number): boolean {
+    if (this.#maxMessage === 0) this.#maxMessage = Math.min(this.pd.device.queryPort(this.port).maxMessageSize || MAX_SGE_BYTES, MAX_SGE_BYTES)
+    return length > this.#maxMessage
   }
 
   /** One signaled write, read or send: the common case, without batch bookkeeping. */
@@ -573,8 +612,16 @@ export class QueuePair extends Resource implements PendingOwner {
         const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
         const wait = o === NO_OPTIONS ? NO_OPTIONS : waitOptions(o)
         const flags = SendFlags.Signaled | (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
-        const { wr, regions } = this.#sendWr(kind, local, remote, o, -1, flags)
-        this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, wr)
+        const { wr, regions, length } = this.#sendWr(kind, local, remote, o, -1, flags)
+        if (length > this.#maxMessage && this.#overMaxMessage(length)) {
+          // Over the max message size: several requests, posted together, the last signaled.
+          const requests = splitWr(wr, length, this.#maxMessage)
+          this.#submit('send', kind, requests.length, regions, wait, resolve, reject, noResult, (first, enc) => {
+            requests.forEach((request, i) => { request.wrId = first + i; enc.addSend(request) })
+          })
+        } else {
+          this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, wr)
+        }
       } catch (error) {
         reject(error)
       }

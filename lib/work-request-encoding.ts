@@ -1,6 +1,7 @@
 // Encodes work requests into a reusable Uint32Array that the addon posts with
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
 import { native } from './native.js'
+import { RdmaError } from './errors.js'
 
 const SEND_HEADER = native.sendHeaderWords // 16
 const RECV_HEADER = native.recvHeaderWords // 4
@@ -123,10 +124,16 @@ function writeU64(w: Uint32Array, at: number, value: bigint): void {
 
 function writeSges(w: Uint32Array, at: number, sges: readonly Sge[]): void {
   for (const sge of sges) {
+    // The last line of defence: operations are split before they get here.
+    if (sge.length > 0xffffffff) throw sgeTooLarge(sge.length)
     w[at] = sge.address >>> 0
     w[at + 1] = Math.floor(sge.address / TWO_32)
     w[at + 2] = sge.length
     w[at + 3] = sge.lkey
     at += SGE_WORDS
   }
+}
+
+function sgeTooLarge(length: number): RdmaError {
+  return new RdmaError(`An SGE names at most 4294967295 bytes (its length field has 32 bits), not ${length}`, { code: 'ERR_SGE_TOO_LARGE' })
 }

@@ -37,13 +37,13 @@ class NativeBufferWrap : public Napi::ObjectWrap<NativeBufferWrap> {
       ThrowCode(env, "ERR_OUT_OF_RANGE", "Expected a size of at least 1 byte");
     }
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    void* data = nullptr;
     size_t rounded = (static_cast<size_t>(size) + page - 1) / page * page;
-    if (posix_memalign(&data, page, rounded) != 0) ThrowErrno(env, ENOMEM, "posix_memalign");
-    memset(data, 0, rounded);
+    void* data = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) ThrowErrno(env, errno ? errno : ENOMEM, "mmap");
     memory = std::make_shared<BufferMemory>();
     memory->data = data;
     memory->size = static_cast<size_t>(size);
+    memory->mapped = rounded;
   }
 
   std::shared_ptr<BufferMemory> memory;
@@ -54,14 +54,49 @@ class NativeBufferWrap : public Napi::ObjectWrap<NativeBufferWrap> {
     return memory.get();
   }
 
-  // An ArrayBuffer over the memory. The memory lives as long as any view.
+  // view(offset = 0, length = size - offset): an ArrayBuffer over a window of
+  // the memory, which stays alive as long as any view does. A view holds at
+  // most kMaxViewBytes (what a Node 20 ArrayBuffer made from external memory
+  // can hold): larger memory is seen through several windows.
   Napi::Value View(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     BufferMemory* mem = Memory(env);
-    auto* keep = new std::shared_ptr<BufferMemory>(memory);
-    return Napi::ArrayBuffer::New(
-        env, mem->data, mem->size,
-        [](Napi::Env, void*, std::shared_ptr<BufferMemory>* hold) { delete hold; }, keep);
+    size_t offset = OptionalSize(info, 0, "offset", 0);
+    if (offset > mem->size) ThrowCode(env, "ERR_OUT_OF_RANGE", "Expected an offset inside the buffer");
+    size_t length = OptionalSize(info, 1, "length", mem->size - offset);
+    if (length > mem->size - offset) ThrowCode(env, "ERR_OUT_OF_RANGE", "Expected a window inside the buffer");
+    if (length > kMaxViewBytes) {
+      ThrowCode(env, "ERR_VIEW_TOO_LARGE",
+                "A view holds at most 4 GiB (4294967296 bytes): view a window of the memory instead");
+    }
+    // Node may run the finalizer itself when it refuses to make the buffer
+    // (node::Buffer::New does for too large a length), so node-addon-api's
+    // ArrayBuffer::New, which then deletes its finalizer data a second time,
+    // is not used. On failure the holder is leaked rather than freed twice.
+    auto* hold = new std::shared_ptr<BufferMemory>(memory);
+    napi_value result;
+    napi_status status = napi_create_external_arraybuffer(
+        env, static_cast<uint8_t*>(mem->data) + offset, length,
+        [](napi_env, void*, void* hint) { delete static_cast<std::shared_ptr<BufferMemory>*>(hint); }, hold,
+        &result);
+    if (status != napi_ok) {
+      bool pending = false;
+      napi_is_exception_pending(env, &pending);
+      if (pending) throw env.GetAndClearPendingException();
+      ThrowCode(env, "ERR_VIEW_FAILED", "napi_create_external_arraybuffer failed");
+    }
+    return Napi::Value(env, result);
+  }
+
+  static constexpr size_t kMaxViewBytes = size_t{1} << 32;
+
+  static size_t OptionalSize(const Napi::CallbackInfo& info, size_t index, const char* name, size_t fallback) {
+    if (info.Length() <= index || info[index].IsUndefined()) return fallback;
+    double value = info[index].IsNumber() ? info[index].As<Napi::Number>().DoubleValue() : -1;
+    if (!(value >= 0 && value <= 9007199254740991.0 && value == static_cast<double>(static_cast<size_t>(value)))) {
+      ThrowCode(info.Env(), "ERR_OUT_OF_RANGE", std::string("Expected a non-negative integer for ") + name);
+    }
+    return static_cast<size_t>(value);
   }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {

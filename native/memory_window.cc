@@ -17,6 +17,7 @@ class MemoryWindowWrap : public Napi::ObjectWrap<MemoryWindowWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "MemoryWindow",
                        {InstanceMethod("close", &MemoryWindowWrap::CloseMethod),
+                        InstanceMethod("setRkey", &MemoryWindowWrap::SetRkey),
                         InstanceAccessor("rkey", &MemoryWindowWrap::Rkey, nullptr),
                         InstanceAccessor("type", &MemoryWindowWrap::Type, nullptr)});
   }
@@ -42,6 +43,16 @@ class MemoryWindowWrap : public Napi::ObjectWrap<MemoryWindowWrap> {
  private:
   Napi::Value Rkey(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), Live(info.Env(), resource, "MemoryWindow")->mw->rkey);
+  }
+  // setRkey(rkey): the rkey the device now holds for the window. A type 2 bind
+  // (a BIND_MW work request) names the current rkey and a new one; only its
+  // completion tells whether the device took the new one, so the library sets
+  // it here then (or puts back the old one after a failed bind).
+  Napi::Value SetRkey(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    MwResource* res = Live(env, resource, "MemoryWindow");
+    res->mw->rkey = ArgU32(info, 0, "rkey");
+    return env.Undefined();
   }
   Napi::Value Type(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(),

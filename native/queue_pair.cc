@@ -220,7 +220,9 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
 
   // bindMemoryWindow(mw, mr, address, length, access, wrIdLo, wrIdHi, sendFlags)
   // -> the window's new rkey. Type 1 windows use ibv_bind_mw; type 2 windows a
-  // BIND_MW work request. Either way a completion follows on the send CQ.
+  // BIND_MW work request from the current rkey (mw->rkey, which the library
+  // updates with setRkey() once a bind completes) to the next one. Either way
+  // a completion follows on the send CQ.
   Napi::Value BindMemoryWindow(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     ibv_qp* qp = Qp(env);

@@ -2,6 +2,8 @@
 // A child resource holds its parents through Resource::AdoptParent (common.h).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <infiniband/verbs.h>
 #include <napi.h>
 #include <rdma/rdma_cma.h>
@@ -34,10 +36,15 @@ struct PdResource : Resource {
 // Page-aligned memory owned by the library. Shared by the NativeBuffer
 // wrapper, the ArrayBuffer views handed to JS, and memory regions over it: it
 // is freed when the last of them is gone.
+// Anonymous pages from mmap: page-aligned and zero-filled by the kernel, so a
+// large buffer costs nothing until it is touched (or registered).
 struct BufferMemory {
   void* data = nullptr;
-  size_t size = 0;
-  ~BufferMemory() { free(data); }
+  size_t size = 0;    // what the user asked for
+  size_t mapped = 0;  // size rounded up to whole pages
+  ~BufferMemory() {
+    if (data) munmap(data, mapped);
+  }
 };
 
 struct MrResource : Resource {

@@ -1,0 +1,98 @@
+// Registered JS buffers that could move or shrink under the device, and the
+// rkeys of rebound type 2 memory windows.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { MessageChannel } from 'node:worker_threads'
+import { Access, RemoteRegion, type Device } from '../../dist/index.js'
+import { ALL_ACCESS, connectedPair, pattern, testDevice } from './helpers.js'
+
+let device: Device
+const cleanups: Array<() => void> = []
+beforeAll(() => { device = testDevice() })
+afterEach(() => { for (const c of cleanups.splice(0)) c() })
+afterAll(() => device?.close())
+
+async function pair(access = ALL_ACCESS) {
+  const p = await connectedPair(device, { access })
+  cleanups.push(p.close)
+  return p
+}
+
+/** A transfer of `buffer` either throws or leaves it attached (Node 20 copies a marked buffer). */
+function tryTransfer(transfer: () => void): void {
+  try {
+    transfer()
+  } catch (error) {
+    expect((error as Error).name).toBe('DataCloneError')
+  }
+}
+
+describe('registering JS buffers', () => {
+  it('refuses resizable ArrayBuffers and growable SharedArrayBuffers with ERR_RESIZABLE', async () => {
+    const { a } = await pair()
+    const resizable = new ArrayBuffer(4096, { maxByteLength: 8192 })
+    const growable = new SharedArrayBuffer(4096, { maxByteLength: 8192 })
+    for (const memory of [resizable, new Uint8Array(resizable, 0, 4096), growable, new Uint8Array(growable)]) {
+      expect(() => a.pd.registerMemory(memory, Access.LocalWrite)).toThrow(expect.objectContaining({ code: 'ERR_RESIZABLE' }))
+    }
+    resizable.resize(16) // still the caller's: nothing was registered
+    expect(resizable.byteLength).toBe(16)
+  })
+
+  it('a registered ArrayBuffer cannot be transferred away: the device keeps writing memory the caller still holds', async () => {
+    const { a, b } = await pair()
+    const buffer = new ArrayBuffer(8192)
+    const region = b.pd.registerMemory(buffer, ALL_ACCESS)
+    cleanups.unshift(() => region.close())
+    tryTransfer(() => structuredClone(buffer, { transfer: [buffer] }))
+    const { port1, port2 } = new MessageChannel()
+    try {
+      tryTransfer(() => port1.postMessage(buffer, [buffer]))
+    } finally {
+      port1.close()
+      port2.close()
+    }
+    expect(buffer.byteLength).toBe(8192) // not detached
+    a.region.bytes.set(pattern(4096, 26))
+    await a.qp.write(a.region.slice(0, 4096), region.asRemote().slice(4096, 4096), { timeoutMs: 60_000 })
+    expect(Buffer.compare(new Uint8Array(buffer, 4096, 4096), pattern(4096, 26))).toBe(0)
+  })
+})
+
+describe('type 2 memory windows', () => {
+  it('a rebind gives a new rkey; the old one is refused by the peer (REM_ACCESS_ERR)', async () => {
+    const { a, b } = await pair(ALL_ACCESS | Access.MwBind)
+    const window = b.pd.allocMemoryWindow(2)
+    cleanups.unshift(() => window.close())
+    const first = await b.qp.bindWindow(window, b.region.slice(4096, 4096), Access.RemoteWrite, { timeoutMs: 60_000 })
+    expect(window.rkey).toBe(first.rkey)
+    a.region.bytes.set(pattern(64, 1), 0)
+    await a.qp.write(a.region.slice(0, 64), new RemoteRegion(BigInt(first.addr), first.rkey, first.length).slice(0, 64), { timeoutMs: 60_000 })
+    expect(Buffer.compare(b.region.bytes.subarray(4096, 4160), pattern(64, 1))).toBe(0)
+
+    await b.qp.invalidate(first.rkey, { timeoutMs: 60_000 }) // a type 2 window is rebound from the free state
+    const second = await b.qp.bindWindow(window, b.region.slice(8192, 4096), Access.RemoteWrite, { timeoutMs: 60_000 })
+    expect(second.rkey).not.toBe(first.rkey)
+    expect(window.rkey).toBe(second.rkey)
+    a.region.bytes.set(pattern(64, 2), 64)
+    await a.qp.write(a.region.slice(64, 64), new RemoteRegion(BigInt(second.addr), second.rkey, second.length).slice(0, 64), { timeoutMs: 60_000 })
+    expect(Buffer.compare(b.region.bytes.subarray(8192, 8256), pattern(64, 2))).toBe(0)
+
+    // A third bind: the rkey keeps moving on from the last one that took.
+    await b.qp.invalidate(second.rkey, { timeoutMs: 60_000 })
+    const third = await b.qp.bindWindow(window, b.region.slice(8192, 4096), Access.RemoteWrite, { timeoutMs: 60_000 })
+    expect(new Set([first.rkey, second.rkey, third.rkey]).size).toBe(3)
+
+    const stale = new RemoteRegion(BigInt(first.addr), first.rkey, first.length)
+    await expect(a.qp.write(a.region.slice(128, 64), stale.slice(64, 64), { timeoutMs: 60_000 })).rejects.toMatchObject({ status: 'REM_ACCESS_ERR' })
+    expect(b.region.bytes[4096 + 64]).toBe(0)
+  })
+
+  it('a failed bind reports no rkey: the window keeps the one it had', async () => {
+    const { b } = await pair() // the region lacks Access.MwBind: the device refuses the bind
+    const window = b.pd.allocMemoryWindow(2)
+    cleanups.unshift(() => window.close())
+    const before = window.rkey
+    await expect(b.qp.bindWindow(window, b.region.slice(0, 4096), Access.RemoteWrite, { timeoutMs: 60_000 })).rejects.toMatchObject({ code: expect.any(String) })
+    expect(window.rkey).toBe(before)
+  })
+})
