@@ -6,7 +6,8 @@ import { performance } from 'node:perf_hooks'
 import { native, type NativeCompletionQueue } from './native.js'
 import { call, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import { findPending, type CompletionEntry, type Pending, type PendingCounter } from './pending.js'
+import type { CompletionEntry, Pending, PendingCounter } from './pending.js'
+import { WorkQueueSlots } from './work-queue.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
 
@@ -32,8 +33,8 @@ export interface CompletionQueueOptions {
   pollBatch?: number
 }
 
-/** Finds the request of a failed unsignaled work request (a member of a batch). */
-export interface CompletionOwner { findContaining(wrId: number): Pending | undefined }
+/** A QP whose queues complete here: finds the request a completion belongs to. */
+export interface CompletionOwner { pendingFor(wrId: number): Pending | undefined }
 
 export class CompletionQueue extends Resource implements PendingCounter {
   protected readonly kind = 'CompletionQueue'
@@ -45,6 +46,13 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
   readonly #capacity: number
   readonly #onCompletions = (n: number): void => this.#dispatch(n) // held here: the addon holds it weakly
+  /**
+   * @internal Entries promised to work requests in flight: each work request
+   * posted to a QP of this CQ may produce one completion (a failed or flushed
+   * one even when unsignaled), so requests wait for credit rather than
+   * overrun the queue.
+   */
+  readonly credits: WorkQueueSlots
   #pending = 0
   #referenced = false // whether the addon's watcher keeps the loop alive
   #unrefScheduled = false
@@ -75,6 +83,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
     // Busy polling finds completions from the loop while requests wait: the
     // channel need not wake it (each wakeup costs syscalls).
     if (this.pollMode === 'busy') this.handle.setRearm(false)
+    this.credits = new WorkQueueSlots(this.handle.entries)
     this.adoptedBy(device)
   }
 
@@ -202,6 +211,9 @@ export class CompletionQueue extends Resource implements PendingCounter {
     const entry = this.#entry
     const nested = this.#dispatching
     this.#dispatching = true
+    // Completions come in runs from one QP: look its owner up once per run.
+    let qpn = -1
+    let owner: CompletionOwner | undefined
     try {
       for (let i = 0, o = 0; i < count; i++, o += WORDS) {
         entry.wrId = w[o]! + w[o + 1]! * TWO_32
@@ -217,8 +229,8 @@ export class CompletionQueue extends Resource implements PendingCounter {
         entry.sl = w[o + 11]!
         entry.dlidPathBits = w[o + 12]!
         entry.vendorError = w[o + 13]!
-        const pending = findPending(entry.wrId) ?? this.#owners.get(entry.qpn)?.deref()?.findContaining(entry.wrId)
-        pending?.complete(entry)
+        if (entry.qpn !== qpn) owner = this.#owners.get(qpn = entry.qpn)?.deref()
+        owner?.pendingFor(entry.wrId)?.complete(entry)
       }
     } finally {
       this.#dispatching = nested

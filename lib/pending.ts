@@ -1,5 +1,6 @@
 // Work requests in flight: one Pending per promise, found by the wr_id of its
-// last work request. A Pending "settles" (its promise resolves or rejects) and
+// last work request in its owner's table (per QP or SRQ, so that a dropped QP
+// and its requests can be garbage-collected together). A Pending "settles" (its promise resolves or rejects) and
 // separately "finishes" (the hardware is done with its memory: its last
 // completion arrived or its queue pair was destroyed).
 import { RdmaError } from './errors.js'
@@ -27,26 +28,25 @@ export interface CompletionEntry {
 /** What owns the queue a request was posted to (a QP, or an SRQ for receives). */
 export interface PendingOwner {
   readonly qpn: number
+  /** The owner's requests in flight, by the wr_id of their last work request. */
+  readonly pendings: Map<number, Pending>
   /** Called when a Pending of this owner finishes. */
   released(pending: Pending): void
   /** Called when a completion of this owner carries an error status. */
   failed(error: RdmaError): void
+  /** Called when a receive completes after its promise timed out or was aborted. */
+  orphaned(entry: CompletionEntry): void
 }
 
 /** Liveness: a completion queue keeps the loop alive while it has pendings. */
 export interface PendingCounter { addPending(): void; removePending(): void }
 
 let nextWrId = 1
-const byLastWrId = new Map<number, Pending>()
 
 export function allocateWrIds(count: number): number {
   const first = nextWrId
   nextWrId += count
   return first
-}
-
-export function findPending(wrId: number): Pending | undefined {
-  return byLastWrId.get(wrId)
 }
 
 export class Pending {
@@ -76,7 +76,7 @@ export class Pending {
     const regions = this.regions
     if (Array.isArray(regions)) for (const region of regions) region.inflight++
     else (regions as MemoryRegion).inflight++
-    byLastWrId.set(this.lastWrId, this)
+    this.owner.pendings.set(this.lastWrId, this)
     this.counter?.addPending()
     if (wait.timeoutMs !== undefined) {
       this.#timer = setTimeout(() => {
@@ -92,6 +92,8 @@ export class Pending {
           code: 'ABORT_ERR', verb: this.verb, wrId: this.lastWrId, qpn: this.owner.qpn, cause: wait.signal?.reason,
         }))
       }
+      // An already-aborted signal never fires 'abort'.
+      if (wait.signal.aborted) return this.#onAbort()
       wait.signal.addEventListener('abort', this.#onAbort, { once: true })
     }
   }
@@ -106,9 +108,10 @@ export class Pending {
 
   /** After a partial post: only the first `posted` work requests reached the queue. */
   truncate(posted: number): void {
-    byLastWrId.delete(this.lastWrId)
+    const pendings = this.owner.pendings
+    pendings.delete(this.lastWrId)
     this.lastWrId = this.firstWrId + posted - 1
-    byLastWrId.set(this.lastWrId, this)
+    pendings.set(this.lastWrId, this)
   }
 
   contains(wrId: number): boolean {
@@ -128,6 +131,8 @@ export class Pending {
         } else {
           try { this.resolveFn(transform(entry)) } catch (error) { this.rejectFn(error as Error) }
         }
+      } else if (this.settled && this.queue === 'recv') {
+        this.owner.orphaned(entry) // a message landed in the buffer of a receive that timed out or was aborted
       }
       return
     }
@@ -147,7 +152,7 @@ export class Pending {
   finish(): void {
     if (this.finished) return
     this.finished = true
-    byLastWrId.delete(this.lastWrId)
+    this.owner.pendings.delete(this.lastWrId)
     const regions = this.regions
     if (Array.isArray(regions)) for (const region of regions) region.released()
     else (regions as MemoryRegion).released()

@@ -5,10 +5,10 @@ import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
 import { LocalSlice, NativeMemory, RemoteSlice, type MemoryRegion } from './memory.js'
-import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingOwner } from './pending.js'
+import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
 import { MAX_SGE_BYTES, splitWr } from './split.js'
-import { WorkQueueSlots } from './work-queue.js'
+import { abortError, SlotWait, WorkQueueSlots } from './work-queue.js'
 import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
 import { CompletionQueue } from './completion-queue.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -18,6 +18,39 @@ import { MemoryWindow } from './memory-window.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
+
+/**
+ * What one queue of a QP holds on its (possibly shared) CQ: requests waiting
+ * there (they keep it polling) and credits (entries promised to its work
+ * requests). Holds no reference to the QP, so that a QP dropped without
+ * close() can be collected and give these back (see `collectedQps`).
+ */
+class QueueLedger implements PendingCounter {
+  pendings = 0
+  credits = 0
+  constructor(readonly cq: CompletionQueue) {}
+  addPending(): void { this.pendings++; this.cq.addPending() }
+  removePending(): void { this.pendings--; this.cq.removePending() }
+  /** Gives back credits to the CQ. */
+  give(credits: number): void {
+    this.credits -= credits
+    this.cq.credits.release(credits)
+  }
+  /** The QP was collected with requests in flight: its native QP is destroyed, nothing will complete them. */
+  giveAll(): void {
+    this.give(this.credits)
+    for (; this.pendings > 0; this.pendings--) this.cq.removePending()
+  }
+}
+
+interface QpLedger { send: QueueLedger; recv: QueueLedger; srq: SharedReceiveQueue | undefined }
+
+/** A QP garbage-collected without close() gives back what it held on its CQs and SRQ. */
+const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, srq }) => {
+  send.giveAll()
+  recv.giveAll()
+  srq?.detach({ recvCq: recv.cq })
+})
 
 /** Sends gathered during one turn of the event loop, posted together. */
 class SendBatch {
@@ -141,11 +174,17 @@ export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
   return result
 }
 
-/** Validates local slices and returns their SGEs and regions. */
-export function localSges(local: unknown, name: string, maxSge: number): { sges: Sge[]; regions: MemoryRegion | MemoryRegion[]; length: number } {
+/** A region of another PD: the device would refuse it later, with a less clear error. */
+function wrongPd(name: string): RdmaError {
+  return new RdmaError(`${name}: the region belongs to another protection domain than the queue`, { code: 'ERR_WRONG_PD' })
+}
+
+/** Validates local slices (regions of `pd`) and returns their SGEs and regions. */
+export function localSges(local: unknown, name: string, maxSge: number, pd: ProtectionDomain): { sges: Sge[]; regions: MemoryRegion | MemoryRegion[]; length: number } {
   if (local instanceof LocalSlice) { // the common case: one slice
     const region = local.region
     region.assertUsable()
+    if (region.pd !== pd) throw wrongPd(name)
     const length = local.length
     const sges = length > 0 ? [{ address: region.address + local.offset, length, lkey: region.lkey }] : []
     return { sges, regions: region, length }
@@ -158,6 +197,7 @@ export function localSges(local: unknown, name: string, maxSge: number): { sges:
   for (const slice of slices) {
     if (!(slice instanceof LocalSlice)) throw typeError('a LocalSlice (region.slice())', name, slice)
     slice.region.assertUsable()
+    if (slice.region.pd !== pd) throw wrongPd(name)
     if (slice.length > 0) sges.push({ address: slice.address, length: slice.length, lkey: slice.lkey })
     regions.push(slice.region)
     length += slice.length
@@ -197,6 +237,9 @@ export class QueuePair extends Resource implements PendingOwner {
   #error: RdmaError | undefined
   readonly #gidIndex: number | undefined
   readonly #outstanding = new Set<Pending>()
+  /** @internal PendingOwner: requests in flight by the wr_id of their last work request. */
+  readonly pendings = new Map<number, Pending>()
+  #orphaned = 0
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
   #spareBatch = new SendBatch()
@@ -206,6 +249,7 @@ export class QueuePair extends Resource implements PendingOwner {
   readonly #recvSlots: WorkQueueSlots
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */
   #maxMessage = 0
+  readonly #ledger: QpLedger
 
   /**
    * @internal use pd.createQp(). `create` makes the native QP (rdma_cm
@@ -245,6 +289,8 @@ export class QueuePair extends Resource implements PendingOwner {
     this.recvCq.addOwner(this.qpn, this)
     pd.device.trackQp(this)
     this.srq?.attach(this)
+    this.#ledger = { send: new QueueLedger(this.sendCq), recv: new QueueLedger(this.recvCq), srq: this.srq }
+    collectedQps.register(this, this.#ledger, this.#ledger)
     this.adoptedBy(pd, this.sendCq, this.recvCq, ...(this.srq ? [this.srq] : []))
   }
 
@@ -256,6 +302,9 @@ export class QueuePair extends Resource implements PendingOwner {
 
   /** Requests in flight on this QP. */
   get outstanding(): number { return this.#outstanding.size }
+
+  /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
+  get orphanedReceives(): number { return this.#orphaned }
 
   /** This QP's endpoint, to hand to the peer. */
   endpoint(): QpEndpoint {
@@ -369,7 +418,7 @@ export class QueuePair extends Resource implements PendingOwner {
       try {
         const wait = waitOptions(options)
         if (this.srq) throw new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' })
-        const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge)
+        const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge, this.pd)
         this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first, enc) => enc.addRecv(first, sges))
       } catch (error) {
         reject(error)
@@ -507,6 +556,7 @@ export class QueuePair extends Resource implements PendingOwner {
           local = instance(o.local, 'options.local', LocalSlice)
           if (local.length !== 8) throw rangeError('a local slice of 8 bytes', 'options.local.length', local.length)
           local.region.assertUsable()
+          if (local.region.pd !== this.pd) throw wrongPd('options.local')
         } else {
           local = this.pd.takeAtomicSlot()
           owned = true
@@ -516,19 +566,28 @@ export class QueuePair extends Resource implements PendingOwner {
           remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
         }
         const pd = this.pd
-        this.#submit('send', verb, 1, local.region, wait,
-          (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
-            const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
-            if (owned) pd.returnAtomicSlot(local)
-            resolve(value)
-          },
-          (error) => {
-            // After a timeout or abort the device may still write the slot.
-            const code = (error as RdmaError).code
-            if (owned && code !== 'ETIMEDOUT' && code !== 'ABORT_ERR') pd.returnAtomicSlot(local)
-            reject(error)
-          },
-          undefined, wr)
+        const giveBack = (): void => { // at most once: a slot in the free list twice would be shared
+          if (owned) pd.returnAtomicSlot(local)
+          owned = false
+        }
+        try {
+          this.#submit('send', verb, 1, local.region, wait,
+            (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
+              const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
+              giveBack()
+              resolve(value)
+            },
+            (error) => {
+              // After a timeout or abort of a posted request (it has a wr_id) the device may still write the slot.
+              const code = (error as RdmaError).code
+              if (wr.wrId === 0 || (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR')) giveBack()
+              reject(error)
+            },
+            undefined, wr)
+        } catch (error) {
+          giveBack() // refused before it was posted
+          throw error
+        }
       } catch (error) {
         reject(error)
       }
@@ -546,11 +605,12 @@ export class QueuePair extends Resource implements PendingOwner {
     if (local instanceof LocalSlice) { // the common case: one slice
       const region = local.region
       region.assertUsable()
+      if (region.pd !== this.pd) throw wrongPd(localNameOf(index))
       length = local.length
       sges = length > 0 ? [{ address: region.address + local.offset, length, lkey: region.lkey }] : []
       regions = region
     } else {
-      ({ sges, regions, length } = localSges(local, localNameOf(index), this.caps.maxSendSge))
+      ({ sges, regions, length } = localSges(local, localNameOf(index), this.caps.maxSendSge, this.pd))
     }
     let flags = baseFlags
     if (o.inline !== undefined && o.inline !== false) {
@@ -576,6 +636,8 @@ export class QueuePair extends Resource implements PendingOwner {
       if (this.type === 'UD') {
         const dest = object(o.dest, `${opNameOf(index)}.dest`)
         const ah = instance(dest.ah, `${opNameOf(index)}.dest.ah`, AddressHandle)
+        // Checked now: found while posting a gathered batch, it would fail the wrong request.
+        if (ah.closed) throw closedError('AddressHandle')
         wr.ahId = ah.id
         wr.remoteQpn = integer(dest.qpn, `${opNameOf(index)}.dest.qpn`, 0, 0xffffff)
         wr.remoteQkey = integer(dest.qkey, `${opNameOf(index)}.dest.qkey`, 0, 0xffffffff)
@@ -643,22 +705,46 @@ export class QueuePair extends Resource implements PendingOwner {
       throw new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state}${queue === 'send' ? ' (needs RTS: connect() first)' : ' (needs INIT or later)'}`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
     }
     const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
+    const credits = (queue === 'send' ? this.sendCq : this.recvCq).credits
     if (count > slots.capacity) throw rangeError(`at most ${slots.capacity} work requests (the queue depth)`, 'operations.length', count)
-    if (slots.fitsNow(count)) {
-      this.#post(queue, verb, count, regions, wait, resolve, reject, transform, encode, custom)
+    if (count > credits.capacity) {
+      throw new RdmaError(`Cannot ${verb}: ${count} work requests can never fit the ${credits.capacity} entries of the completion queue`, { code: 'ERR_CQ_TOO_SMALL', verb, qpn: this.qpn })
+    }
+    if (wait.signal?.aborted) throw abortError(verb, this.qpn, wait.signal)
+    // Take the queue's slots, then the CQ's credits; wait (bounded by the
+    // request's timeout and signal) for what is not free now.
+    let taken = 0
+    if (slots.tryTake(count)) {
+      if (credits.tryTake(count)) return this.#post(queue, verb, count, regions, wait, resolve, reject, transform, encode, custom)
+      taken = 1
+    }
+    new SlotWait([slots, credits], taken, count, this, wait, verb, this.qpn,
+      (left) => this.#post(queue, verb, count, regions, left, resolve, reject, transform, encode, custom), reject).start()
+  }
+
+  /** Gives back the slots and credits of a request that was not posted. */
+  #unreserve(queue: 'send' | 'recv', count: number): void {
+    if (queue === 'send') {
+      this.#sendSlots.release(count)
+      this.#ledger.send.give(count)
     } else {
-      slots.whenFree(count, () => this.#post(queue, verb, count, regions, wait, resolve, reject, transform, encode, custom), reject)
+      this.#recvSlots.release(count)
+      this.#ledger.recv.give(count)
     }
   }
 
   #post<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
     resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
     encode: SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void), custom: boolean): void {
-    if (this.closed) return reject(closedError(this.kind))
-    if (this.#error) return reject(this.#stateError(verb))
+    // The queue's slots and the CQ's credits are taken: #unreserve or Pending.finish gives them back.
+    const ledger = queue === 'send' ? this.#ledger.send : this.#ledger.recv
+    ledger.credits += count
+    if (this.closed || this.#error) {
+      this.#unreserve(queue, count)
+      return reject(this.closed ? closedError(this.kind) : this.#stateError(verb))
+    }
     const first = allocateWrIds(count)
-    const counter = queue === 'send' ? this.sendCq : this.recvCq
-    const pending = new Pending(this, counter, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
+    const pending = new Pending(this, ledger, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
     if (queue === 'send' && !custom) {
       // Sends made in the same turn of the event loop are posted together, with
       // one native call (one doorbell).
@@ -673,11 +759,11 @@ export class QueuePair extends Resource implements PendingOwner {
         }
       } catch (error) {
         batch.encoder.truncate(wordStart, batch.wrs)
+        this.#unreserve(queue, count)
         return reject(error as Error)
       }
       pending.track(wait)
       this.#outstanding.add(pending)
-      this.#sendSlots.used += count
       batch.entries.push({ pending, count, wordStart })
       batch.wrs += count
       // The first send of a turn is posted at once, so a caller sees it on the
@@ -704,7 +790,6 @@ export class QueuePair extends Resource implements PendingOwner {
       encoder.reset()
       pending.track(wait)
       this.#outstanding.add(pending)
-      slots.used += count
       if (typeof encode === 'function') {
         encode(first, encoder)
       } else {
@@ -774,6 +859,7 @@ export class QueuePair extends Resource implements PendingOwner {
       // Part of a batch reached the queue; its final, signaled request did
       // not. Flush the posted ones through the error state so they complete.
       slots.release(count - posted)
+      ;(slots === this.#sendSlots ? this.#ledger.send : this.#ledger.recv).give(count - posted)
       pending.truncate(posted)
       try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ }
     }
@@ -787,16 +873,35 @@ export class QueuePair extends Resource implements PendingOwner {
     } as never)
   }
 
-  /** @internal The request a failed unsignaled work request belongs to. */
-  findContaining(wrId: number): Pending | undefined {
-    for (const pending of this.#outstanding) if (pending.contains(wrId)) return pending
+  /** @internal CompletionOwner: the request of a completion on this QP (an SRQ receive, or a failed unsignaled member of a batch). */
+  pendingFor(wrId: number): Pending | undefined {
+    const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
+    if (pending !== undefined) return pending
+    for (const p of this.#outstanding) if (p.contains(wrId)) return p
     return undefined
   }
 
   /** @internal PendingOwner */
   released(pending: Pending): void {
     if (!this.#outstanding.delete(pending)) return
-    ;(pending.queue === 'send' ? this.#sendSlots : this.#recvSlots).release(pending.slots)
+    if (pending.queue === 'send') {
+      this.#sendSlots.release(pending.slots)
+      this.#ledger.send.give(pending.slots)
+    } else {
+      this.#recvSlots.release(pending.slots)
+      this.#ledger.recv.give(pending.slots)
+    }
+  }
+
+  /** @internal PendingOwner */
+  orphaned(_entry: CompletionEntry): void { this.#orphaned++ }
+
+  /** Rejects this QP's requests that wait for a queue slot or CQ credit. */
+  #failWaiting(error: Error): void {
+    this.#sendSlots.fail(error)
+    this.#recvSlots.fail(error)
+    this.sendCq.credits.fail(error, this)
+    this.recvCq.credits.fail(error, this)
   }
 
   /** @internal PendingOwner: an error completion moved the QP to the error state. */
@@ -804,24 +909,23 @@ export class QueuePair extends Resource implements PendingOwner {
     if (this.#error) return
     this.#error = error
     this.#state = 'ERR'
-    const stateError = this.#stateError('post')
-    this.#sendSlots.fail(stateError)
-    this.#recvSlots.fail(stateError)
+    this.#failWaiting(this.#stateError('post'))
   }
 
   protected override onClose(): void {
     this.pd.device.untrackQp(this)
     this.sendCq.removeOwner(this.qpn)
     this.recvCq.removeOwner(this.qpn)
+    this.srq?.detach(this)
+    collectedQps.unregister(this.#ledger) // close() gives everything back itself
   }
 
   protected closeHandle(): void {
     call(() => this.handle.close())
     // The device is done with every buffer this QP named.
     const error = closedError(this.kind)
+    this.#failWaiting(error) // first: the slots abandonAll frees must not let them post
     abandonAll(this.#outstanding, error)
-    this.#sendSlots.fail(error)
-    this.#recvSlots.fail(error)
   }
 }
 

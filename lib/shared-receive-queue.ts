@@ -2,7 +2,7 @@
 import { native, type NativeSharedReceiveQueue } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import { abandonAll, allocateWrIds, Pending, type PendingOwner } from './pending.js'
+import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder } from './work-request-encoding.js'
 import { integer, optionalObject, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -13,15 +13,20 @@ const encoder = new WorkRequestEncoder()
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
-export class SharedReceiveQueue extends Resource implements PendingOwner {
+export class SharedReceiveQueue extends Resource implements PendingOwner, PendingCounter {
   protected readonly kind = 'SharedReceiveQueue'
   /** @internal */ readonly handle: NativeSharedReceiveQueue
   readonly pd: ProtectionDomain
   readonly maxWr: number
   readonly maxSge: number
   readonly qpn = 0
-  #cq: CompletionQueue | undefined
+  /** The receive CQs of the attached QPs (with how many QPs use each): a receive may complete on any of them. */
+  readonly #cqs = new Map<CompletionQueue, number>()
+  #pending = 0
+  #orphaned = 0
   readonly #outstanding = new Set<Pending>()
+  /** @internal PendingOwner */
+  readonly pendings = new Map<number, Pending>()
 
   /** @internal use pd.createSrq() */
   constructor(pd: ProtectionDomain, options: SharedReceiveQueueOptions = {}) {
@@ -38,9 +43,37 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
   /** @internal the kernel's handle, named by SRQ async events */
   get kernelHandle(): number { return this.handle.handle }
 
-  /** @internal A QP that receives through this SRQ: its CQ keeps the loop alive for our receives. */
+  /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
+  get orphanedReceives(): number { return this.#orphaned }
+
+  /** @internal A QP that receives through this SRQ: its receive CQ polls for our receives while any wait. */
   attach(qp: { recvCq: CompletionQueue }): void {
-    this.#cq ??= qp.recvCq
+    const cq = qp.recvCq
+    const users = this.#cqs.get(cq) ?? 0
+    this.#cqs.set(cq, users + 1)
+    if (users === 0) for (let i = 0; i < this.#pending; i++) cq.addPending()
+  }
+
+  /** @internal The QP is closed. */
+  detach(qp: { recvCq: CompletionQueue }): void {
+    const cq = qp.recvCq
+    const users = this.#cqs.get(cq)
+    if (users === undefined) return
+    if (users > 1) return void this.#cqs.set(cq, users - 1)
+    this.#cqs.delete(cq)
+    for (let i = 0; i < this.#pending; i++) cq.removePending()
+  }
+
+  /** @internal PendingCounter: every receive CQ of an attached QP keeps the loop alive (and polls, in busy mode). */
+  addPending(): void {
+    this.#pending++
+    for (const cq of this.#cqs.keys()) cq.addPending()
+  }
+
+  /** @internal PendingCounter */
+  removePending(): void {
+    this.#pending--
+    for (const cq of this.#cqs.keys()) cq.removePending()
   }
 
   /** Posts a receive buffer shared by the attached QPs. */
@@ -49,9 +82,9 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
       try {
         this.assertOpen()
         const wait = waitOptions(options)
-        const { sges, regions } = localSges(local, 'local', this.maxSge)
+        const { sges, regions } = localSges(local, 'local', this.maxSge, this.pd)
         const first = allocateWrIds(1)
-        const pending = new Pending(this, this.#cq, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry)), reject)
+        const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry)), reject)
         encoder.reset()
         encoder.addRecv(first, sges)
         pending.track(wait)
@@ -84,6 +117,8 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
   released(pending: Pending): void { this.#outstanding.delete(pending) }
   /** @internal */
   failed(_error: RdmaError): void {}
+  /** @internal */
+  orphaned(_entry: CompletionEntry): void { this.#orphaned++ }
 
   protected override onClose(): void {
     this.pd.device.untrackSrq(this)

@@ -14,7 +14,7 @@ import {
 import { call, closedError, fromNative, RdmaError } from '../../lib/errors.js'
 import { Access, mtuBytes, mtuEnum, QpState, QpType, SendFlags, WcFlags, wcOpcodeNames, WrOpcode, wcStatusNames } from '../../lib/constants.js'
 import { Resource } from '../../lib/resource.js'
-import { allocateWrIds, completionError, findPending, Pending, type CompletionEntry, type PendingOwner } from '../../lib/pending.js'
+import { allocateWrIds, completionError, Pending, type CompletionEntry, type PendingOwner } from '../../lib/pending.js'
 import { WorkQueueSlots } from '../../lib/work-queue.js'
 import { localSges, receiveCompletion } from '../../lib/queue-pair.js'
 import { NativeMemory } from '../../lib/memory.js'
@@ -295,7 +295,7 @@ describe('Pending: settling requests', () => {
     wrId, status, opcode: 0, byteLength: 0, immOrRkey: 0, qpn: 17, srcQp: 0, wcFlags: 0, pkeyIndex: 0, slid: 0, sl: 0, dlidPathBits: 0, vendorError: 0x42,
   })
   function setup(count = 1) {
-    const owner = { qpn: 17, released: vi.fn(), failed: vi.fn() } satisfies PendingOwner
+    const owner = { qpn: 17, pendings: new Map<number, Pending>(), released: vi.fn(), failed: vi.fn(), orphaned: vi.fn() } satisfies PendingOwner
     const counter = { addPending: vi.fn(), removePending: vi.fn() }
     const region = { inflight: 0, released() { this.inflight-- } } as any
     const resolve = vi.fn()
@@ -311,15 +311,15 @@ describe('Pending: settling requests', () => {
     pending.track({})
     expect(region.inflight).toBe(1)
     expect(counter.addPending).toHaveBeenCalledTimes(1)
-    expect(findPending(first + 2)).toBe(pending)
-    expect(findPending(first)).toBeUndefined()
+    expect(owner.pendings.get(first + 2)).toBe(pending)
+    expect(owner.pendings.get(first)).toBeUndefined()
     expect(pending.slots).toBe(3)
     pending.complete(entry(first + 2))
     expect(resolve).toHaveBeenCalledTimes(1)
     expect(region.inflight).toBe(0)
     expect(counter.removePending).toHaveBeenCalledTimes(1)
     expect(owner.released).toHaveBeenCalledWith(pending)
-    expect(findPending(first + 2)).toBeUndefined()
+    expect(owner.pendings.get(first + 2)).toBeUndefined()
   })
 
   it('rejects with an RdmaError named by the completion status', () => {
@@ -369,20 +369,20 @@ describe('Pending: settling requests', () => {
   })
 
   it('untrack() undoes track() for a refused post', () => {
-    const { pending, region, counter, first } = setup()
+    const { pending, region, counter, first, owner } = setup()
     pending.track({})
     pending.untrack()
     expect(region.inflight).toBe(0)
     expect(counter.removePending).toHaveBeenCalledTimes(1)
-    expect(findPending(first)).toBeUndefined()
+    expect(owner.pendings.get(first)).toBeUndefined()
   })
 
   it('truncate() re-keys a partially posted batch by its last posted WR', () => {
-    const { pending, first } = setup(4)
+    const { pending, first, owner } = setup(4)
     pending.track({})
     pending.truncate(2)
-    expect(findPending(first + 3)).toBeUndefined()
-    expect(findPending(first + 1)).toBe(pending)
+    expect(owner.pendings.get(first + 3)).toBeUndefined()
+    expect(owner.pendings.get(first + 1)).toBe(pending)
     expect(pending.contains(first + 1)).toBe(true)
     expect(pending.contains(first + 2)).toBe(false)
     pending.finish()
@@ -393,10 +393,13 @@ describe('WorkQueueSlots', () => {
   it('posts while slots are free and queues the rest in order', () => {
     const slots = new WorkQueueSlots(4)
     const order: string[] = []
-    const post = (name: string, n: number) => () => { slots.used += n; order.push(name) }
-    slots.whenFree(3, post('a', 3), () => {})
-    slots.whenFree(2, post('b', 2), () => {})
-    slots.whenFree(1, post('c', 1), () => {}) // fits, but must not overtake b
+    const wait = (name: string, n: number) => {
+      if (slots.tryTake(n)) order.push(name)
+      else slots.enqueue({ slots: n, owner: undefined, grant: () => order.push(name), reject: () => {} })
+    }
+    wait('a', 3)
+    wait('b', 2)
+    wait('c', 1) // fits, but must not overtake b
     expect(order).toEqual(['a'])
     slots.release(3)
     expect(order).toEqual(['a', 'b', 'c'])
@@ -407,7 +410,7 @@ describe('WorkQueueSlots', () => {
     const slots = new WorkQueueSlots(1)
     slots.used = 1
     const reject = vi.fn()
-    slots.whenFree(1, () => {}, reject)
+    slots.enqueue({ slots: 1, owner: undefined, grant: () => {}, reject })
     const error = new Error('qp failed')
     slots.fail(error)
     expect(reject).toHaveBeenCalledWith(error)
@@ -424,9 +427,9 @@ describe('queue-pair helpers', () => {
   })
 
   it('localSges() accepts only LocalSlices and at most maxSge of them', () => {
-    expect(thrown(() => localSges({}, 'local', 1))).toMatchObject({ code: 'ERR_INVALID_ARG_TYPE', message: 'Expected a LocalSlice (region.slice()) for local but received an instance of Object' })
-    expect(thrown(() => localSges([1, 2, 3], 'local', 2))).toMatchObject({ code: 'ERR_OUT_OF_RANGE', message: "Expected at most 2 slices (the queue's max SGEs) for local but received 3" })
-    expect(localSges([], 'local', 1)).toEqual({ sges: [], regions: [], length: 0 })
+    expect(thrown(() => localSges({}, 'local', 1, undefined as never))).toMatchObject({ code: 'ERR_INVALID_ARG_TYPE', message: 'Expected a LocalSlice (region.slice()) for local but received an instance of Object' })
+    expect(thrown(() => localSges([1, 2, 3], 'local', 2, undefined as never))).toMatchObject({ code: 'ERR_OUT_OF_RANGE', message: "Expected at most 2 slices (the queue's max SGEs) for local but received 3" })
+    expect(localSges([], 'local', 1, undefined as never)).toEqual({ sges: [], regions: [], length: 0 })
   })
 })
 
