@@ -54,6 +54,36 @@ export interface ListenOptions {
 const EVENT_PREFIX = 'RDMA_CM_EVENT_'
 const DEFAULT_TIMEOUT = 10_000
 const JSON_BYTES = 4096
+const CAP_FIELDS = ['maxSendWr', 'maxRecvWr', 'maxSendSge', 'maxRecvSge', 'maxInlineData'] as const
+
+function timedOut(verb: string, timeoutMs: number | undefined): RdmaError {
+  return new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb })
+}
+
+function aborted(verb: string, signal: AbortSignal | undefined): RdmaError {
+  return new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal?.reason })
+}
+
+/**
+ * Settles as `promise` does, or rejects with ETIMEDOUT / ABORT_ERR when `wait`
+ * runs out first. The work behind `promise` goes on: callers that own
+ * resources release them when `promise` itself settles.
+ */
+function bounded<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
+  if (wait.timeoutMs === undefined && wait.signal === undefined) return promise
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => settle(() => reject(aborted(verb, wait.signal)))
+    const timer = wait.timeoutMs === undefined ? undefined : setTimeout(() => settle(() => reject(timedOut(verb, wait.timeoutMs))), wait.timeoutMs)
+    const settle = (action: () => void) => {
+      clearTimeout(timer)
+      wait.signal?.removeEventListener('abort', onAbort)
+      action()
+    }
+    if (wait.signal?.aborted) return onAbort()
+    wait.signal?.addEventListener('abort', onAbort, { once: true })
+    promise.then((value) => settle(() => resolve(value)), (error: unknown) => settle(() => reject(error)))
+  })
+}
 
 // --- the event channel -------------------------------------------------------
 
@@ -69,22 +99,25 @@ class CmIdHandle {
   /** Runs `action` and resolves with the event named `success`; any other event of the step rejects. */
   step(verb: string, action: () => void, success: string, wait: WaitOptions): Promise<NativeCmEvent> {
     return new Promise((resolve, reject) => {
+      if (this.closed) return reject(closedError('Connection'))
+      // One waiter per id: a second step would orphan the first one's promise.
+      if (this.#waiter) return reject(new RdmaError(`${verb}: another rdma_cm step is in progress on this connection`, { code: 'ERR_BUSY', verb }))
       let timer: NodeJS.Timeout | undefined
-      const onAbort = () => finish(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: wait.signal?.reason }))
+      const onAbort = () => finish(aborted(verb, wait.signal))
       const finish = (error: Error | undefined, event?: NativeCmEvent) => {
         if (this.#waiter !== waiter) return
         this.#waiter = undefined
-        channel().release()
+        channel().release(this)
         if (timer) clearTimeout(timer)
         wait.signal?.removeEventListener('abort', onAbort)
         if (error) reject(error)
         else resolve(event!)
       }
       const waiter: Waiter = { success, resolve: (e) => finish(undefined, e), reject: (e) => finish(e) }
-      if (wait.signal?.aborted) return reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: wait.signal.reason }))
+      if (wait.signal?.aborted) return reject(aborted(verb, wait.signal))
       this.#waiter = waiter
-      channel().hold()
-      if (wait.timeoutMs !== undefined) timer = setTimeout(() => finish(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT', verb })), wait.timeoutMs)
+      channel().hold(this)
+      if (wait.timeoutMs !== undefined) timer = setTimeout(() => finish(timedOut(verb, wait.timeoutMs)), wait.timeoutMs)
       wait.signal?.addEventListener('abort', onAbort, { once: true })
       try {
         action()
@@ -130,10 +163,16 @@ function eventError(event: NativeCmEvent): RdmaError {
 
 class CmChannel {
   readonly handle: NativeCmEventChannel
-  readonly #ids = new Map<number, CmIdHandle>()
+  // Weak: a connection nobody references any more is collected with its id
+  // (its native finalizer destroys the id). Ids with a step in progress and
+  // listening ids are held in #pinned, so their promises can still settle.
+  readonly #ids = new Map<number, WeakRef<CmIdHandle>>()
+  readonly #collected = new FinalizationRegistry<number>((key) => {
+    if (this.#ids.get(key)?.deref() === undefined) this.#ids.delete(key)
+  })
+  readonly #pinned = new Set<CmIdHandle>()
   readonly #listeners = new Map<number, Listener>()
   readonly #onEvent = (event: NativeCmEvent): void => this.#dispatch(event) // the addon holds it weakly
-  #holds = 0
 
   constructor() {
     this.handle = call(() => new native.CmEventChannel(this.#onEvent))
@@ -145,7 +184,8 @@ class CmChannel {
 
   adopt(id: NativeCmId): CmIdHandle {
     const handle = new CmIdHandle(id, id.key)
-    this.#ids.set(handle.key, handle)
+    this.#ids.set(handle.key, new WeakRef(handle))
+    this.#collected.register(handle, handle.key)
     return handle
   }
 
@@ -156,9 +196,15 @@ class CmChannel {
 
   addListener(key: number, listener: Listener): void { this.#listeners.set(key, listener) }
 
-  /** Keeps the loop alive while a step waits or a listener is open. */
-  hold(): void { if (this.#holds++ === 0) this.handle.setWaiting(true) }
-  release(): void { if (--this.#holds === 0) this.handle.setWaiting(false) }
+  /** Keeps the loop alive, and `id` reachable, while a step waits or a listener is open. */
+  hold(id: CmIdHandle): void {
+    this.#pinned.add(id)
+    if (this.#pinned.size === 1) this.handle.setWaiting(true)
+  }
+
+  release(id: CmIdHandle): void {
+    if (this.#pinned.delete(id) && this.#pinned.size === 0) this.handle.setWaiting(false)
+  }
 
   #dispatch(event: NativeCmEvent): void {
     event.type = event.type.replace(EVENT_PREFIX, '')
@@ -169,7 +215,7 @@ class CmChannel {
       else id.close()
       return
     }
-    this.#ids.get(event.key)?.deliver(event)
+    this.#ids.get(event.key)?.deref()?.deliver(event)
   }
 }
 
@@ -179,13 +225,136 @@ function channel(): CmChannel {
   return sharedChannel
 }
 
-async function numericHost(host: unknown, name: string): Promise<string> {
+/** The host as a numeric address: names are looked up (getaddrinfo) within `wait`. */
+async function numericHost(host: unknown, name: string, wait: WaitOptions = {}): Promise<string> {
   if (typeof host !== 'string' || host.length === 0) throw typeError('a host name or IP address', name, host)
   if (isIP(host)) return host
-  return (await lookup(host)).address
+  // getaddrinfo cannot be cancelled: on timeout or abort it finishes in the background, unheeded.
+  return (await bounded(lookup(host), 'resolve name', wait)).address
 }
 
 // --- connections -------------------------------------------------------------
+
+/** A connection stays reachable from its QP: whoever holds conn.qp still gets 'disconnected' handled. */
+const connectionOf = new WeakMap<QueuePair, Connection>()
+
+/** Only the capacity fields of options.qp: the type and the CQs are the connection's own. */
+function qpCaps(value: unknown): QpCaps {
+  const o = optionalObject(value, 'options.qp')
+  const caps: Record<string, unknown> = {}
+  for (const field of CAP_FIELDS) if (o[field] !== undefined) caps[field] = o[field]
+  return caps as QpCaps
+}
+
+interface JsonSlot { region: MemoryRegion; offset: number }
+type Received = { value: unknown } | { error: unknown }
+interface Receiver { resolve: (value: unknown) => void; reject: (error: unknown) => void }
+
+/**
+ * JSON messages over a connection's QP. Every message in flight has a 4 KiB
+ * slot of its own (from regions that grow by doubling and are reused), held
+ * until its work request completes, even when the caller gave up waiting: so
+ * concurrent calls never touch bytes the device has not read or written yet.
+ * Receives are posted one per waiting call; a message nobody waits for any
+ * more (its call timed out) goes to the next call, none is lost.
+ */
+class JsonMessages {
+  readonly #qp: QueuePair
+  readonly #regions: MemoryRegion[] = []
+  readonly #free: JsonSlot[] = []
+  readonly #inbox: Received[] = []
+  readonly #receivers: Receiver[] = []
+  #posted = 0
+  #closed = false
+
+  constructor(qp: QueuePair) { this.#qp = qp }
+
+  async send(value: unknown, wait: WaitOptions): Promise<void> {
+    if (this.#closed) throw closedError('Connection')
+    const bytes = Buffer.from(JSON.stringify(value))
+    if (bytes.length > JSON_BYTES) throw new RangeError(`JSON message of ${bytes.length} bytes is over ${JSON_BYTES}`)
+    if (wait.signal?.aborted) throw aborted('sendJson', wait.signal)
+    const slot = this.#take()
+    const free = () => this.#give(slot)
+    let sent: Promise<unknown>
+    try {
+      slot.region.bytes.set(bytes, slot.offset)
+      sent = this.#qp.send(slot.region.slice(slot.offset, bytes.length))
+    } catch (error) {
+      free()
+      throw error
+    }
+    sent.then(free, free) // the slot is reusable only once the device is done with it
+    await bounded(sent, 'sendJson', wait)
+  }
+
+  receive(wait: WaitOptions): Promise<unknown> {
+    if (this.#closed) return Promise.reject(closedError('Connection'))
+    const ready = this.#inbox.shift()
+    if (ready) return 'error' in ready ? Promise.reject(ready.error) : Promise.resolve(ready.value)
+    if (wait.signal?.aborted) return Promise.reject(aborted('receiveJson', wait.signal))
+    let receiver!: Receiver
+    const received = new Promise<unknown>((resolve, reject) => { receiver = { resolve, reject } })
+    this.#receivers.push(receiver)
+    const gaveUp = (error: unknown) => {
+      const index = this.#receivers.indexOf(receiver)
+      if (index >= 0) this.#receivers.splice(index, 1) // its receive (if posted) stays posted for the next call
+      throw error
+    }
+    try {
+      if (this.#posted < this.#receivers.length) this.postReceive()
+    } catch (error) {
+      return Promise.reject(error).catch(gaveUp)
+    }
+    return bounded(received, 'receiveJson', wait).catch(gaveUp)
+  }
+
+  /** Posts one receive into a slot of its own; its message goes to the first waiting call, or the inbox. */
+  postReceive(): void {
+    const slot = this.#take()
+    this.#posted++
+    const settle = (result: Received) => {
+      this.#posted--
+      this.#give(slot)
+      const receiver = this.#receivers.shift()
+      if (!receiver) this.#inbox.push(result)
+      else if ('error' in result) receiver.reject(result.error)
+      else receiver.resolve(result.value)
+    }
+    this.#qp.recv(slot.region.slice(slot.offset, JSON_BYTES)).then((wc) => {
+      let result: Received
+      try {
+        result = { value: JSON.parse(Buffer.from(slot.region.bytes.subarray(slot.offset, slot.offset + wc.byteLength)).toString()) }
+      } catch (error) {
+        result = { error }
+      }
+      settle(result)
+    }, (error: unknown) => settle({ error }))
+  }
+
+  /** Call after the QP is closed (its requests released the slots' regions). */
+  close(): void {
+    this.#closed = true
+    for (const region of this.#regions.splice(0)) region.close()
+    this.#free.length = 0
+  }
+
+  #take(): JsonSlot {
+    if (this.#free.length === 0) this.#grow()
+    return this.#free.pop()!
+  }
+
+  #give(slot: JsonSlot): void {
+    if (!this.#closed) this.#free.push(slot)
+  }
+
+  #grow(): void {
+    const count = 2 ** (this.#regions.length + 1) // 2, 4, 8, ... slots: the total doubles
+    const region = this.#qp.pd.allocRegion(count * JSON_BYTES, Access.LocalWrite)
+    this.#regions.push(region)
+    for (let i = count - 1; i >= 0; i--) this.#free.push({ region, offset: i * JSON_BYTES })
+  }
+}
 
 export class Connection extends EventEmitter {
   readonly device: Device
@@ -196,8 +365,8 @@ export class Connection extends EventEmitter {
   privateData: Buffer | undefined
   readonly #id: CmIdHandle
   readonly #owned: Array<{ close(): void }>
-  #jsonRegion: MemoryRegion | undefined
-  #firstJson: Promise<unknown> | undefined
+  readonly #json: JsonMessages
+  #disconnecting: Promise<void> | undefined
   #disconnected = false
   #closed = false
 
@@ -225,46 +394,30 @@ export class Connection extends EventEmitter {
       this.cq = this.device.createCq(setup.cqOptions)
       this.#owned.push(this.cq)
     }
-    const caps = optionalObject(setup.qp, 'qp')
-    this.qp = new QueuePair(pd, { type: 'RC', sendCq: this.cq, ...caps }, (options) => id.native.createQp(pd.handle, options))
+    this.qp = new QueuePair(pd, { ...qpCaps(setup.qp), type: 'RC', sendCq: this.cq }, (options) => id.native.createQp(pd.handle, options))
+    connectionOf.set(this.qp, this)
     this.qp.markState('INIT') // rdma_create_qp brings it to INIT; accept/connect take it on to RTS
     id.onUnexpected = (event) => this.#onEvent(event)
-    if (setup.receiveJson) {
-      this.#firstJson = this.#postJsonReceive()
-      this.#firstJson.catch(() => {}) // reported to whoever calls receiveJson()
-    }
+    this.#json = new JsonMessages(this.qp)
+    if (setup.receiveJson) this.#json.postReceive()
   }
 
   get localAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.localAddress() }
   get remoteAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.peerAddress() }
   get closed(): boolean { return this.#closed }
 
-  /** Sends a JSON value as one message (the peer calls receiveJson()). */
-  async sendJson(value: unknown, options: WaitOptions = {}): Promise<void> {
-    const bytes = Buffer.from(JSON.stringify(value))
-    if (bytes.length > JSON_BYTES) throw new RangeError(`JSON message of ${bytes.length} bytes is over ${JSON_BYTES}`)
-    const region = this.#jsonBuffer()
-    const offset = JSON_BYTES // second half: send buffer
-    region.bytes.set(bytes, offset)
-    await this.qp.send(region.slice(offset, bytes.length), options)
+  /**
+   * Sends a JSON value as one message (the peer calls receiveJson()). Messages
+   * go out in call order; each has a slot of its own until the device is done
+   * with it. A call that timed out or was aborted may still be delivered.
+   */
+  sendJson(value: unknown, options: WaitOptions = {}): Promise<void> {
+    return this.#json.send(value, waitOptions(options))
   }
 
-  /** Receives a message sent with sendJson(). */
+  /** Receives a message sent with sendJson(): waiting calls get messages in the order they arrive. */
   receiveJson(options: WaitOptions = {}): Promise<unknown> {
-    const first = this.#firstJson
-    this.#firstJson = undefined
-    return first ?? this.#postJsonReceive(options)
-  }
-
-  async #postJsonReceive(options: WaitOptions = {}): Promise<unknown> {
-    const region = this.#jsonBuffer()
-    const wc = await this.qp.recv(region.slice(0, JSON_BYTES), options)
-    return JSON.parse(Buffer.from(region.bytes.subarray(0, wc.byteLength)).toString())
-  }
-
-  #jsonBuffer(): MemoryRegion {
-    this.#jsonRegion ??= this.pd.allocRegion(2 * JSON_BYTES, Access.LocalWrite)
-    return this.#jsonRegion
+    return this.#json.receive(waitOptions(options))
   }
 
   /** @internal the connection is established */
@@ -294,10 +447,20 @@ export class Connection extends EventEmitter {
     }
   }
 
-  /** Disconnects (both sides see 'disconnected'), then closes. */
-  async disconnect(options: WaitOptions = {}): Promise<void> {
-    if (this.#closed) return
-    const wait = waitOptions(options)
+  /** Disconnects (both sides see 'disconnected'), then closes. Concurrent calls share one disconnect. */
+  disconnect(options: WaitOptions = {}): Promise<void> {
+    if (this.#closed) return Promise.resolve()
+    let wait: WaitOptions
+    try {
+      wait = waitOptions(options)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    this.#disconnecting ??= this.#disconnect(wait)
+    return this.#disconnecting
+  }
+
+  async #disconnect(wait: WaitOptions): Promise<void> {
     if (!this.#disconnected) {
       try {
         await this.#id.step('disconnect', () => this.#id.native.disconnect(), 'DISCONNECTED', { timeoutMs: wait.timeoutMs ?? 5000, ...(wait.signal ? { signal: wait.signal } : {}) })
@@ -315,7 +478,7 @@ export class Connection extends EventEmitter {
     this.#closed = true
     this.#markDisconnected()
     this.qp.close()
-    this.#jsonRegion?.close()
+    this.#json.close()
     this.#id.close()
     for (const owned of this.#owned.reverse()) owned.close()
   }
@@ -349,9 +512,9 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
   const port = integer(o.port, 'options.port', 1, 65535)
   const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
   const data = privateData(o.privateData, 'options.privateData', 56)
-  const host = await numericHost(o.host, 'options.host')
   const deadline = Date.now() + wait.timeoutMs!
   const left = () => ({ ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+  const host = await numericHost(o.host, 'options.host', left())
   const id = channel().createId()
   let connection: Connection | undefined
   try {
@@ -433,7 +596,7 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
     this.#id = id
     this.pd = pd
     channel().addListener(id.key, this)
-    channel().hold()
+    channel().hold(id)
   }
 
   /** The bound address (the port is real even when 0 was asked for). */
@@ -472,7 +635,7 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   close(): void {
     if (this.#closed) return
     this.#closed = true
-    channel().release()
+    channel().release(this.#id)
     for (const request of this.#queue.splice(0)) {
       try { request.reject() } catch { /* already gone */ }
     }
