@@ -85,7 +85,7 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
   /** @internal */
   failed(_error: RdmaError): void {}
 
-  protected override onClose(): void {
+  protected override afterClose(): void {
     this.pd.device.untrackSrq(this)
   }
 
