@@ -7,6 +7,7 @@
         "native/common.cc",
         "native/fd_watcher.cc",
         "native/context.cc",
+        "native/async_events.cc",
         "native/pd.cc",
         "native/memory.cc",
         "native/completion_queue.cc",

@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events'
 import { isIP } from 'node:net'
 import { lookup } from 'node:dns/promises'
 import { native, type NativeAddress, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId } from './native.js'
-import { call, closedError, RdmaError } from './errors.js'
+import { call, closedError, errnoName, RdmaError } from './errors.js'
 import { integer, instance, object, optionalObject, typeError, waitOptions, type WaitOptions } from './validate.js'
 import { openDevice, type Device } from './device.js'
 import { ProtectionDomain } from './protection-domain.js'
@@ -208,6 +208,7 @@ class CmChannel {
 
   #dispatch(event: NativeCmEvent): void {
     event.type = event.type.replace(EVENT_PREFIX, '')
+    if (event.type === 'CHANNEL_ERROR') return this.#failAll(-event.status)
     if (event.type === 'CONNECT_REQUEST' && event.id) {
       const id = this.adopt(event.id)
       const listener = this.#listeners.get(event.listenKey)
@@ -216,6 +217,15 @@ class CmChannel {
       return
     }
     this.#ids.get(event.key)?.deref()?.deliver(event)
+  }
+
+  // The channel's fd failed (the addon stopped watching it): no event will
+  // come, so every step waiting for one fails now.
+  #failAll(errno: number): void {
+    const code = errnoName(errno)
+    const error = new RdmaError(`rdma_get_cm_event: the event channel failed (${code})`, { code, errno, syscall: 'rdma_get_cm_event' })
+    for (const id of this.#ids.values()) id.fail(error)
+    if (sharedChannel === this) sharedChannel = undefined // later connections get a new channel
   }
 }
 

@@ -4,7 +4,7 @@
 // latency.
 import { performance } from 'node:perf_hooks'
 import { native, type NativeCompletionQueue } from './native.js'
-import { call, RdmaError } from './errors.js'
+import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import type { CompletionEntry, Pending, PendingCounter } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
@@ -33,8 +33,13 @@ export interface CompletionQueueOptions {
   pollBatch?: number
 }
 
-/** A QP whose queues complete here: finds the request a completion belongs to. */
-export interface CompletionOwner { pendingFor(wrId: number): Pending | undefined }
+/** A queue pair (or SRQ) whose queues complete here, as the CQ sees it. */
+export interface CompletionOwner {
+  /** The request a completion belongs to (by wr_id). */
+  pendingFor(wrId: number): Pending | undefined
+  /** The CQ failed: no completion will arrive; reject every request waiting for one. */
+  failAll(error: RdmaError): void
+}
 
 export class CompletionQueue extends Resource implements PendingCounter {
   protected readonly kind = 'CompletionQueue'
@@ -45,7 +50,6 @@ export class CompletionQueue extends Resource implements PendingCounter {
   readonly #spinMs: number
   readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
   readonly #capacity: number
-  readonly #onCompletions = (n: number): void => this.#dispatch(n) // held here: the addon holds it weakly
   /**
    * @internal Entries promised to work requests in flight: each work request
    * posted to a QP of this CQ may produce one completion (a failed or flushed
@@ -53,6 +57,14 @@ export class CompletionQueue extends Resource implements PendingCounter {
    * overrun the queue.
    */
   readonly credits: WorkQueueSlots
+  // Held here: the addon holds it weakly. A negative count: the channel failed (-errno, syscall).
+  readonly #onCompletions = (n: number, syscall?: string): void => {
+    if (n < 0) this.#failed(-n, syscall ?? 'ibv_poll_cq')
+    else this.#dispatch(n)
+  }
+  /** @internal The kernel handle: CQ_ERR events name the CQ by it. */
+  readonly kernelHandle: number
+  #failure: RdmaError | undefined
   #pending = 0
   #referenced = false // whether the addon's watcher keeps the loop alive
   #unrefScheduled = false
@@ -85,6 +97,33 @@ export class CompletionQueue extends Resource implements PendingCounter {
     if (this.pollMode === 'busy') this.handle.setRearm(false)
     this.credits = new WorkQueueSlots(this.handle.entries)
     this.adoptedBy(device)
+    this.kernelHandle = this.handle.handle
+    device.trackCq(this)
+  }
+
+  /** Set once the queue failed (CQ_ERR, the device failed, or its channel or a poll failed): it delivers nothing more. */
+  get error(): RdmaError | undefined { return this.#failure }
+
+  #failed(errno: number, syscall: string): void {
+    const code = errnoName(errno)
+    this.failAll(new RdmaError(`CompletionQueue failed: ${syscall}: ${code}`, { code, errno, syscall }))
+  }
+
+  /**
+   * @internal No completion will be delivered any more: every request waiting
+   * on this queue is rejected with `error` (its memory stays in use until its
+   * QP is closed), the loop is no longer kept alive for it, and the device
+   * emits 'error' (unless the device itself failed and emits once).
+   */
+  failAll(error: RdmaError, emit = true): void {
+    if (this.#failure || this.closed) return
+    this.#failure = error
+    for (const ref of [...this.#owners.values()]) ref.deref()?.failAll(error)
+    if (this.#referenced) {
+      this.#referenced = false
+      this.handle.setWaiting(false)
+    }
+    if (emit) this.device.emit('error', error)
   }
 
   /** Actual number of entries. */
@@ -203,10 +242,7 @@ export class CompletionQueue extends Resource implements PendingCounter {
   }
 
   #dispatch(count: number): void {
-    if (count < 0) {
-      this.device.emit('error', new RdmaError('ibv_poll_cq failed', { code: 'ERR_POLL_CQ', errno: -count, syscall: 'ibv_poll_cq' }))
-      return
-    }
+    if (count < 0) return this.#failed(-count, 'ibv_poll_cq')
     const w = this.#words
     const entry = this.#entry
     const nested = this.#dispatching
@@ -239,6 +275,10 @@ export class CompletionQueue extends Resource implements PendingCounter {
       this.#drainScheduled = true
       setImmediate(this.#drain)
     }
+  }
+
+  protected override afterClose(): void {
+    this.device.untrackCq(this)
   }
 
   protected closeHandle(): void {

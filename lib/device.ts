@@ -1,7 +1,7 @@
 // Devices: listing, opening, queries, and device async events.
 import { EventEmitter } from 'node:events'
 import { native, type NativeContext, type NativeDeviceInfo } from './native.js'
-import { call, RdmaError } from './errors.js'
+import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { integer, typeError } from './validate.js'
 import { ProtectionDomain } from './protection-domain.js'
@@ -112,6 +112,7 @@ export class Device extends Resource {
   readonly #events = new EventEmitter()
   readonly #qps = new Map<number, WeakRef<QueuePair>>()
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
+  readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
   #attributes: DeviceAttributes | undefined
 
   /** @internal use openDevice() */
@@ -167,7 +168,11 @@ export class Device extends Resource {
     return new CompletionQueue(this, options)
   }
 
-  /** Listens for device async events ('async', AsyncEvent) and CQ failures ('error'). */
+  /**
+   * Listens for device async events ('async', AsyncEvent) and failures
+   * ('error': a CQ or the device failed; the requests waiting on it were
+   * rejected with the same error).
+   */
   on(event: 'async', listener: (event: AsyncEvent) => void): this
   on(event: 'error', listener: (error: Error) => void): this
   on(event: string, listener: (...args: any[]) => void): this {
@@ -190,9 +195,22 @@ export class Device extends Resource {
   /** @internal */ untrackQp(qp: QueuePair): void { this.#qps.delete(qp.qpn) }
   /** @internal */ trackSrq(srq: SharedReceiveQueue): void { this.#srqs.set(srq.kernelHandle, new WeakRef(srq)) }
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
+  /** @internal */ trackCq(cq: CompletionQueue): void { this.#cqs.set(cq.kernelHandle, new WeakRef(cq)) }
+  /** @internal */ untrackCq(cq: CompletionQueue): void { this.#cqs.delete(cq.kernelHandle) }
+
+  /**
+   * @internal The device can deliver nothing more (DEVICE_FATAL, or its async
+   * fd failed): every request waiting on one of its CQs fails with `error`,
+   * then 'error' is emitted.
+   */
+  failAll(error: RdmaError): void {
+    for (const ref of [...this.#cqs.values()]) ref.deref()?.failAll(error, false)
+    this.emit('error', error)
+  }
 
   /** @internal */
   onAsyncEvent(type: number, detail: number): void {
+    if (this.closed) return
     const name = ASYNC_EVENTS[type] ?? `EVENT_${type}`
     const event: AsyncEvent = { type: name }
     if (PORT_EVENTS.has(name)) event.port = detail
@@ -208,10 +226,21 @@ export class Device extends Resource {
       const srq = this.#srqs.get(detail)?.deref()
       if (srq) event.srq = srq
     }
+    if (name === 'CQ_ERR') {
+      const cq = this.#cqs.get(detail)?.deref()
+      cq?.failAll(new RdmaError(`CompletionQueue ${detail}: CQ_ERR (overrun or a device error)`, { code: 'CQ_ERR' }))
+    }
+    if (name === 'DEVICE_FATAL') this.failAll(new RdmaError(`Device ${this.name}: DEVICE_FATAL`, { code: 'DEVICE_FATAL' }))
     this.#events.emit('async', event)
   }
 
-  protected override onClose(): void {
+  /** @internal The device's async fd failed (the device went away): nothing more will come. */
+  onAsyncFailure(errno: number, code: string): void {
+    if (this.closed) return
+    this.failAll(new RdmaError(`Device ${this.name} failed: ibv_get_async_event: ${code}`, { code, errno, syscall: 'ibv_get_async_event' }))
+  }
+
+  protected override afterClose(): void {
     openDevices.get(this.name)?.delete(this.#self)
   }
 
@@ -222,6 +251,12 @@ export class Device extends Resource {
 
 // Every open Device per device name: a device's async events go to each.
 const openDevices = new Map<string, Set<WeakRef<Device>>>()
-native.setAsyncEventHandler((name, type, detail) => {
-  for (const ref of openDevices.get(name) ?? []) ref.deref()?.onAsyncEvent(type, detail)
+// Each listener runs in turn; one may close any Device (each checks that it is
+// still open), so the set is copied first.
+native.setAsyncEventHandler((name, type, detail, code) => {
+  for (const ref of [...(openDevices.get(name) ?? [])]) {
+    const device = ref.deref()
+    if (type < 0) device?.onAsyncFailure(detail, code ?? errnoName(detail))
+    else device?.onAsyncEvent(type, detail)
+  }
 })

@@ -1,5 +1,6 @@
 // One error class for everything RDMA: failed verbs calls (code = errno name,
 // errno, syscall) and failed work completions (status name, verb, wr_id, QP).
+import { constants } from 'node:os'
 export interface RdmaErrorDetails {
   code: string
   errno?: number
@@ -68,4 +69,12 @@ export function call<T>(fn: () => T): T {
 
 export function closedError(what: string): RdmaError {
   return new RdmaError(`${what} is closed`, { code: 'ERR_CLOSED' })
+}
+
+let errnoNames: Map<number, string> | undefined
+
+/** The name of an errno value ('EIO'), as failed calls carry it in `code`. */
+export function errnoName(errno: number): string {
+  errnoNames ??= new Map(Object.entries(constants.errno).map(([name, value]) => [value, name]))
+  return errnoNames.get(errno) ?? `E${errno}`
 }

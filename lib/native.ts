@@ -22,7 +22,17 @@ export interface NativeMemoryRegion {
   isDetached(): boolean
   close(): void
 }
-export interface NativeCompletionQueue { readonly entries: number; poll(): number; setWaiting(waiting: boolean): void; setRearm(rearm: boolean): void; close(): void }
+export interface NativeCompletionQueue {
+  readonly entries: number
+  /** The kernel handle (CQ_ERR events name the CQ by it). */
+  readonly handle: number
+  poll(): number
+  setWaiting(waiting: boolean): void
+  setRearm(rearm: boolean): void
+  /** Test hook: handles the channel as if polling its fd had failed. */
+  simulateFdError(): void
+  close(): void
+}
 export interface NativeQpCaps { maxSendWr: number; maxRecvWr: number; maxSendSge: number; maxRecvSge: number; maxInlineData: number }
 export interface NativeQueuePair {
   readonly qpn: number
@@ -77,7 +87,8 @@ export interface NativeCmId {
 
 export interface NativeAddon {
   listDevices(): NativeDeviceInfo[]
-  setAsyncEventHandler(handler: (device: string, type: number, detail: number) => void): void
+  /** type -1: the device's async fd failed; detail is then the errno and code its name. */
+  setAsyncEventHandler(handler: (device: string, type: number, detail: number, code?: string) => void): void
   CmEventChannel: new (onEvent: (event: NativeCmEvent) => void) => NativeCmEventChannel
   CmId: new (channel: NativeCmEventChannel) => NativeCmId
   Context: new (name: string) => NativeContext
@@ -85,11 +96,13 @@ export interface NativeAddon {
   NativeBuffer: new (size: number) => NativeBufferHandle
   MemoryRegion: new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView, access: number) => NativeMemoryRegion
   CompletionQueue: new (context: NativeContext, entries: number, output: Uint32Array,
-    onCompletions: (count: number) => void, compVector: number) => NativeCompletionQueue
+    onCompletions: (count: number, syscall?: string) => void, compVector: number) => NativeCompletionQueue
   QueuePair: new (pd: NativeProtectionDomain, options: Record<string, unknown>) => NativeQueuePair
   SharedReceiveQueue: new (pd: NativeProtectionDomain, maxWr: number, maxSge: number, limit: number) => NativeSharedReceiveQueue
   AddressHandle: new (pd: NativeProtectionDomain, attr: Record<string, unknown>) => NativeAddressHandle
   MemoryWindow: new (pd: NativeProtectionDomain, type: number) => NativeMemoryWindow
+  /** Top-level resources (devices, rdma_cm channels) the addon's cleanup hook still tracks. */
+  rootCount(): number
   completionWords: number
   sendHeaderWords: number
   recvHeaderWords: number

@@ -89,7 +89,7 @@ export class ProtectionDomain extends Resource {
     this.#freeSlots.push(slice)
   }
 
-  protected override onClose(): void {
+  protected override afterClose(): void {
     this.#freeSlots = []
   }
 

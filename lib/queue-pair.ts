@@ -912,7 +912,17 @@ export class QueuePair extends Resource implements PendingOwner {
     this.#failWaiting(this.#stateError('post'))
   }
 
-  protected override onClose(): void {
+  /**
+   * @internal CompletionOwner: a CQ of this QP failed, so no completion will
+   * come: the QP fails and every request in flight is rejected with `error`
+   * (the memory stays in use until the QP is closed).
+   */
+  failAll(error: RdmaError): void {
+    this.failed(error)
+    for (const pending of [...this.#outstanding]) pending.reject(error)
+  }
+
+  protected override afterClose(): void {
     this.pd.device.untrackQp(this)
     this.sendCq.removeOwner(this.qpn)
     this.recvCq.removeOwner(this.qpn)

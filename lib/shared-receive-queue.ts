@@ -120,7 +120,7 @@ export class SharedReceiveQueue extends Resource implements PendingOwner, Pendin
   /** @internal */
   orphaned(_entry: CompletionEntry): void { this.#orphaned++ }
 
-  protected override onClose(): void {
+  protected override afterClose(): void {
     this.pd.device.untrackSrq(this)
   }
 

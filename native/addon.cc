@@ -3,6 +3,7 @@
 // (process exit or worker termination).
 #include "addon.h"
 
+#include "async_events.h"
 #include "resources.h"
 
 namespace ibv {
@@ -19,14 +20,32 @@ void CloseAll(void* arg) {
   }
   data->roots.clear();
   data->address_handles.clear();
-  data->async_watchers.clear();
+  UnsubscribeAllAsyncEvents(data);
+  for (auto& context : data->loop_contexts) {
+    if (context) napi_async_destroy(data->env, context);
+    context = nullptr;
+  }
+}
+
+void CreateLoopContexts(Napi::Env env, AddonData* data) {
+  const char* names[] = {"node-ibverbs:completions", "node-ibverbs:async-event", "node-ibverbs:cm-event"};
+  for (int i = 0; i < static_cast<int>(LoopCallback::Count); i++) {
+    napi_status status = napi_async_init(env, nullptr, Napi::String::New(env, names[i]), &data->loop_contexts[i]);
+    NAPI_THROW_IF_FAILED_VOID(env, status);
+  }
 }
 
 }  // namespace
 
+napi_async_context AsyncContextOf(Napi::Env env, LoopCallback kind) {
+  return AddonData::Get(env)->loop_contexts[static_cast<int>(kind)];
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
+  data->env = env;
   env.SetInstanceData<AddonData>(data);
+  CreateLoopContexts(env, data);
   napi_add_env_cleanup_hook(env, CloseAll, data);
   InitContext(env, exports, data);
   InitProtectionDomain(env, exports, data);
@@ -38,6 +57,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitMemoryWindow(env, exports, data);
   InitCm(env, exports, data);
   InitTestHooks(env, exports);
+  // For tests: how many top-level resources the cleanup hook tracks.
+  exports.Set("rootCount", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+                return Napi::Number::New(info.Env(), static_cast<double>(AddonData::Get(info.Env())->RootCount()));
+              }));
   exports.Set("completionWords", Napi::Number::New(env, kCompletionWords));
   exports.Set("sendHeaderWords", Napi::Number::New(env, kSendHeaderWords));
   exports.Set("recvHeaderWords", Napi::Number::New(env, kRecvHeaderWords));

@@ -8,7 +8,10 @@
 namespace ibv {
 
 int AhResource::DestroyHandle() {
-  if (ah && ibv_destroy_ah(ah) != 0) return errno ? errno : EBUSY;
+  if (ah) {
+    int rc = ibv_destroy_ah(ah);
+    if (rc != 0) return rc;
+  }
   ah = nullptr;
   return 0;
 }

@@ -13,6 +13,8 @@ namespace ibv {
 namespace {
 
 struct CmChannelResource : Resource {
+  const char* kind() const override { return "CmEventChannel"; }
+  const char* destroy_call() const override { return "rdma_destroy_event_channel"; }
   rdma_event_channel* channel = nullptr;
   FdWatcher watcher;
   Napi::FunctionReference on_event;  // weak: the JS channel holds it
@@ -27,10 +29,13 @@ struct CmChannelResource : Resource {
 };
 
 struct CmIdResource : Resource {
+  const char* kind() const override { return "CmId"; }
+  const char* destroy_call() const override { return "rdma_destroy_id"; }
   rdma_cm_id* id = nullptr;
   uint32_t key = 0;
   ~CmIdResource() override { Close(); }
   int DestroyHandle() override {
+    // librdmacm returns -1 and sets errno.
     if (id && rdma_destroy_id(id) != 0) return errno ? errno : EBUSY;
     id = nullptr;
     return 0;
@@ -113,7 +118,7 @@ class CmEventChannelWrap : public Napi::ObjectWrap<CmEventChannelWrap> {
     if (err) ThrowErrno(env, err, "fcntl");
     res->on_event = Napi::Weak(callback);
     CmChannelResource* raw = res.get();
-    int rc = res->watcher.Start(env, res->channel->fd, [env, raw]() { OnReadable(env, raw); });
+    int rc = res->watcher.Start(env, res->channel->fd, [env, raw](int status) { OnReadable(env, raw, status); });
     if (rc) ThrowCode(env, "ERR_UV", uv_strerror(rc));
     AddonData::Get(env)->AddRoot(res);
     resource = res;
@@ -122,7 +127,7 @@ class CmEventChannelWrap : public Napi::ObjectWrap<CmEventChannelWrap> {
   std::shared_ptr<CmChannelResource> resource;
 
  private:
-  static void OnReadable(Napi::Env env, CmChannelResource* res);
+  static void OnReadable(Napi::Env env, CmChannelResource* res, int status);
 
   Napi::Value SetWaiting(const Napi::CallbackInfo& info) {
     CmChannelResource* res = Live(info.Env(), resource, "CmEventChannel");
@@ -299,39 +304,94 @@ class CmIdWrap : public Napi::ObjectWrap<CmIdWrap> {
   friend class CmEventChannelWrap;
 };
 
+namespace {
+// What JS needs of an rdma_cm event, copied so that the event can be acked
+// before any JS runs (an unacked event makes rdma_destroy_id block forever).
+struct CmEventCopy {
+  rdma_cm_event_type type;
+  int status;
+  uint32_t key;
+  uint32_t listen_key;
+  std::vector<uint8_t> private_data;
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  rdma_cm_id* new_id;  // CONNECT_REQUEST: the id of the incoming connection
+};
+
+CmEventCopy CopyAndAck(rdma_cm_event* event) {
+  const rdma_conn_param& conn = event->param.conn;
+  CmEventCopy copy{event->event, event->status, KeyOf(event->id), KeyOf(event->listen_id), {},
+                   conn.responder_resources, conn.initiator_depth, nullptr};
+  if (conn.private_data && conn.private_data_len) {
+    auto* bytes = static_cast<const uint8_t*>(conn.private_data);
+    copy.private_data.assign(bytes, bytes + conn.private_data_len);
+  }
+  if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) copy.new_id = event->id;
+  rdma_ack_cm_event(event);
+  return copy;
+}
+}  // namespace
+
 // Reads each event, copies what JS needs, acks it, then calls JS with
 // {type, status, key, listenKey, privateData?, id? (new id of a request)}.
-void CmEventChannelWrap::OnReadable(Napi::Env env, CmChannelResource* res) {
+// Each event is handled inside GuardFromLoop: an exception while building the
+// event object is reported as uncaught, never unwinds into libuv. After every
+// call into JS the channel is checked again (JS may have closed it). A failure
+// of the fd stops the watcher and is delivered as {type: 'CHANNEL_ERROR',
+// status: -errno, key: 0}.
+void CmEventChannelWrap::OnReadable(Napi::Env env, CmChannelResource* res, int status) {
+  std::shared_ptr<Resource> keep = res->shared_from_this();  // JS may close and drop the channel
+  napi_async_context async = AsyncContextOf(env, LoopCallback::CmEvents);
   for (;;) {
     if (res->closed() || !res->channel) return;
+    int err = status < 0 ? EIO : 0;
     rdma_cm_event* event = nullptr;
-    if (rdma_get_cm_event(res->channel, &event) != 0) return;  // EAGAIN: drained
-    Napi::HandleScope scope(env);
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("type", rdma_event_str(event->event));
-    o.Set("status", event->status);
-    o.Set("listenKey", KeyOf(event->listen_id));
-    const rdma_conn_param& conn = event->param.conn;
-    if (conn.private_data && conn.private_data_len) {
-      o.Set("privateData", Napi::Buffer<uint8_t>::Copy(env, static_cast<const uint8_t*>(conn.private_data),
-                                                       conn.private_data_len));
+    if (!err && rdma_get_cm_event(res->channel, &event) != 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;  // drained
+      err = errno ? errno : EIO;
     }
-    o.Set("responderResources", conn.responder_resources);
-    o.Set("initiatorDepth", conn.initiator_depth);
-    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      // A new id for the incoming connection: wrap it and give it a key.
-      auto id = std::make_shared<CmIdResource>();
-      id->id = event->id;
+    if (err) {
+      res->watcher.Stop();
+      GuardFromLoop(env, [&] {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("type", "CHANNEL_ERROR");
+        o.Set("status", -err);
+        o.Set("key", 0);
+        o.Set("listenKey", 0);
+        CallFromLoop(env, async, res->on_event, {o});
+      });
+      return;
+    }
+    CmEventCopy copy = CopyAndAck(event);
+    // The new id is owned from here on: if building the event fails, it is
+    // destroyed with this shared_ptr (which rejects the connection).
+    std::shared_ptr<CmIdResource> id;
+    if (copy.new_id) {
+      id = std::make_shared<CmIdResource>();
+      id->id = copy.new_id;
       id->key = AddonData::Get(env)->next_cm_id_key++;
-      event->id->context = reinterpret_cast<void*>(uintptr_t{id->key});
-      id->AdoptParent(res->shared_from_this());
-      Napi::Object wrapper = AddonData::Get(env)->cm_id.New({});
-      Napi::ObjectWrap<CmIdWrap>::Unwrap(wrapper)->resource = id;
-      o.Set("id", wrapper);
+      copy.new_id->context = reinterpret_cast<void*>(uintptr_t{id->key});
+      copy.key = id->key;
+      id->AdoptParent(keep);
     }
-    o.Set("key", KeyOf(event->id));
-    rdma_ack_cm_event(event);
-    CallFromLoop(env, res->on_event, {o});
+    GuardFromLoop(env, [&] {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("type", rdma_event_str(copy.type));
+      o.Set("status", copy.status);
+      o.Set("listenKey", copy.listen_key);
+      if (!copy.private_data.empty()) {
+        o.Set("privateData", Napi::Buffer<uint8_t>::Copy(env, copy.private_data.data(), copy.private_data.size()));
+      }
+      o.Set("responderResources", copy.responder_resources);
+      o.Set("initiatorDepth", copy.initiator_depth);
+      if (id) {
+        Napi::Object wrapper = AddonData::Get(env)->cm_id.New({});
+        Napi::ObjectWrap<CmIdWrap>::Unwrap(wrapper)->resource = id;
+        o.Set("id", wrapper);
+      }
+      o.Set("key", copy.key);
+      CallFromLoop(env, async, res->on_event, {o});
+    });
   }
 }
 

@@ -111,13 +111,40 @@ bool HasTag(Napi::Env env, Napi::Value value, Kind kind) {
 }  // namespace ibv
 
 namespace ibv {
-void CallFromLoop(Napi::Env env, Napi::FunctionReference& callback,
-                  const std::initializer_list<napi_value>& args) {
-  if (callback.IsEmpty() || callback.Value().IsEmpty()) return;  // weak and collected
+namespace {
+void ReportUncaught(Napi::Env env, napi_value error) {
+  // Only fails if the environment is going away: nothing left to report to.
+  napi_fatal_exception(env, error);
+}
+
+napi_value NewError(Napi::Env env, const char* message) {
+  napi_value text = nullptr;
+  napi_value error = nullptr;
+  if (napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &text) != napi_ok) return nullptr;
+  if (napi_create_error(env, nullptr, text, &error) != napi_ok) return nullptr;
+  return error;
+}
+}  // namespace
+
+void GuardFromLoop(Napi::Env env, const std::function<void()>& body) {
+  napi_handle_scope scope = nullptr;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
   try {
-    callback.MakeCallback(env.Global(), args);
+    body();
   } catch (const Napi::Error& error) {
-    napi_fatal_exception(env, error.Value());
+    ReportUncaught(env, error.Value());
+  } catch (const std::exception& error) {
+    if (napi_value e = NewError(env, error.what())) ReportUncaught(env, e);
+  } catch (...) {
+    if (napi_value e = NewError(env, "node-ibverbs: unknown C++ exception in a loop callback")) ReportUncaught(env, e);
   }
+  napi_close_handle_scope(env, scope);
+}
+
+bool CallFromLoop(Napi::Env env, napi_async_context context, Napi::FunctionReference& callback,
+                  const std::initializer_list<napi_value>& args) {
+  if (callback.IsEmpty() || callback.Value().IsEmpty()) return false;  // weak and collected
+  callback.MakeCallback(env.Global(), args, context);
+  return true;
 }
 }  // namespace ibv

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,25 +27,44 @@ class Resource : public std::enable_shared_from_this<Resource> {
 
   bool closed() const { return closed_; }
 
-  // Closes children, then this handle. Returns 0 or the errno of the first
-  // destroy call that failed. Idempotent.
+  // Closes the children, newest first (the reverse of creation, as
+  // lib/resource.ts does), then this handle. Transactional: at the first
+  // child or handle that fails to close it stops, and that child and every
+  // resource above it stay open (and usable); the error says which object
+  // refused and why. Returns 0 or the errno of the refusal. Idempotent.
   int Close() {
+    failed_ = nullptr;
     if (closed_) return 0;
-    int first_error = 0;
-    for (auto& weak : children_) {
-      if (auto child = weak.lock()) {
-        int err = child->Close();
-        if (err && !first_error) first_error = err;
+    // A snapshot: a child that closes removes itself from children_.
+    std::vector<std::shared_ptr<Resource>> live;
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+      if (auto child = it->lock()) live.push_back(std::move(child));
+    }
+    for (auto& child : live) {
+      int err = child->Close();
+      if (err) {
+        failed_ = child->failed_;
+        return err;
       }
     }
-    children_.clear();
     int err = DestroyHandle();
-    if (err) return first_error ? first_error : err;
+    if (err) {
+      failed_ = this;
+      return err;
+    }
     closed_ = true;
+    children_.clear();
     for (auto& parent : parents_) parent->ForgetClosedChildren();
     parents_.clear();
-    return first_error;
+    return 0;
   }
+
+  // After a failed Close(): the resource whose handle refused (this one or a
+  // descendant); valid until the next Close().
+  const Resource* failed() const { return failed_; }
+  // What the resource is and the call that destroys its handle, for errors.
+  virtual const char* kind() const = 0;
+  virtual const char* destroy_call() const = 0;
 
   void AdoptParent(const std::shared_ptr<Resource>& parent) {
     parents_.push_back(parent);
@@ -52,8 +72,10 @@ class Resource : public std::enable_shared_from_this<Resource> {
   }
 
  protected:
-  // Destroys the C handle; returns 0 or an errno. Called at most once with
-  // success; may be called again if it failed (e.g. EBUSY).
+  // Destroys the C handle; returns 0 or the errno the destroy call returned
+  // (never the global errno: verbs destroy calls return their error). Called
+  // at most once with success; called again after a failure (e.g. EBUSY), so a
+  // failure must leave the handle and everything it needs intact.
   virtual int DestroyHandle() = 0;
 
  private:
@@ -67,6 +89,7 @@ class Resource : public std::enable_shared_from_this<Resource> {
   }
 
   bool closed_ = false;
+  const Resource* failed_ = nullptr;
   std::vector<std::shared_ptr<Resource>> parents_;
   std::vector<std::weak_ptr<Resource>> children_;
 };
@@ -125,9 +148,21 @@ R* Live(Napi::Env env, const std::shared_ptr<R>& resource, const char* what) {
 }  // namespace ibv
 
 namespace ibv {
-// Calls a JS callback from a libuv callback: with a handle scope, draining
-// microtasks afterwards, and reporting a thrown exception as uncaught instead
-// of letting it cross into libuv.
-void CallFromLoop(Napi::Env env, Napi::FunctionReference& callback,
+// Runs the body of a callback that libuv (or a thread-safe function) calls:
+// in a handle scope and inside try, so that no C++ exception ever unwinds into
+// libuv (that would std::terminate the process). An exception thrown by JS or
+// while building arguments is reported as uncaught ('uncaughtException').
+void GuardFromLoop(Napi::Env env, const std::function<void()>& body);
+
+// Calls a JS callback from such a body in a callback scope with `context`
+// (async hooks and AsyncLocalStorage see a proper async resource; microtasks
+// drain afterwards). Rethrows what the callback threw, for GuardFromLoop.
+// Returns false if the (weakly held) callback was collected.
+bool CallFromLoop(Napi::Env env, napi_async_context context, Napi::FunctionReference& callback,
                   const std::initializer_list<napi_value>& args);
+
+// Async contexts of the addon's loop callbacks, one per kind; created at
+// load, destroyed by the environment cleanup hook.
+enum class LoopCallback { Completions, AsyncEvents, CmEvents, Count };
+napi_async_context AsyncContextOf(Napi::Env env, LoopCallback kind);
 }  // namespace ibv

@@ -8,11 +8,19 @@
 namespace ibv {
 
 int CqResource::DestroyHandle() {
+  // The watcher stays until the CQ is gone: a CQ that refuses (EBUSY) stays
+  // fully working. It must stop before the channel's fd is closed.
+  if (cq) {
+    int rc = ibv_destroy_cq(cq);
+    if (rc != 0) return rc;
+    cq = nullptr;
+  }
   watcher.Stop();
-  if (cq && ibv_destroy_cq(cq) != 0) return errno ? errno : EBUSY;
-  cq = nullptr;
-  if (channel && ibv_destroy_comp_channel(channel) != 0) return errno ? errno : EBUSY;
-  channel = nullptr;
+  if (channel) {
+    int rc = ibv_destroy_comp_channel(channel);
+    if (rc != 0) return rc;
+    channel = nullptr;
+  }
   on_completions.Reset();
   output.Reset();
   output_words = nullptr;
@@ -54,6 +62,8 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
                         InstanceMethod("setWaiting", &CompletionQueueWrap::SetWaiting),
                         InstanceMethod("setRearm", &CompletionQueueWrap::SetRearm),
                         InstanceMethod("close", &CompletionQueueWrap::CloseMethod),
+                        InstanceMethod("simulateFdError", &CompletionQueueWrap::SimulateFdError),
+                        InstanceAccessor("handle", &CompletionQueueWrap::Handle, nullptr),
                         InstanceAccessor("entries", &CompletionQueueWrap::Entries, nullptr)});
   }
 
@@ -85,7 +95,10 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
       ThrowErrno(env, err, "ibv_create_cq");
     }
     int err = SetNonBlocking(res->channel->fd);
-    if (!err && ibv_req_notify_cq(res->cq, 0) != 0) err = errno ? errno : EIO;
+    if (!err) {
+      int rc = ibv_req_notify_cq(res->cq, 0);
+      if (rc != 0) err = rc > 0 ? rc : EIO;
+    }
     if (err) {
       res->Close();
       ThrowErrno(env, err, "ibv_req_notify_cq");
@@ -98,7 +111,7 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     // can be collected (a strong reference here would keep it alive forever).
     res->on_completions = Napi::Weak(callback);
     CqResource* raw = res.get();
-    int rc = res->watcher.Start(env, res->channel->fd, [raw, env]() { OnChannelReadable(env, raw); });
+    int rc = res->watcher.Start(env, res->channel->fd, [raw, env](int status) { OnChannelReadable(env, raw, status); });
     if (rc) {
       res->Close();
       ThrowCode(env, "ERR_UV", uv_strerror(rc));
@@ -110,25 +123,62 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
   std::shared_ptr<CqResource> resource;
 
  private:
-  // The channel fired: collect and ack its events, re-arm, then poll one
+  // The channel fired: collect and ack its event, re-arm, then poll one
   // batch. Polling after re-arming means no completion can slip between the
   // two. If the batch was full, JS drains the rest from setImmediate, so a
-  // busy CQ never starves timers and I/O.
-  static void OnChannelReadable(Napi::Env env, CqResource* res) {
-    unsigned events = 0;
-    ibv_cq* cq = nullptr;
-    void* cq_context = nullptr;
-    // One event at most per arming (this channel serves this CQ only, and it is
-    // re-armed below), so one read suffices: reading again until EAGAIN would
-    // cost a second syscall on every wake. Should another event be queued, the
-    // fd stays readable and the (level-triggered) watcher comes back for it.
-    if (res->channel && ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) events++;
-    if (!res->cq) return;
-    if (events) ibv_ack_cq_events(res->cq, events);
-    if (res->rearm) ibv_req_notify_cq(res->cq, 0);
-    Napi::HandleScope scope(env);
-    int n = PollInto(res);
-    if (n != 0) CallFromLoop(env, res->on_completions, {Napi::Number::New(env, n)});
+  // busy CQ never starves timers and I/O. A failure of the fd, the read or the
+  // re-arm means no completion will be announced any more: the watcher stops
+  // and JS fails what waits on this CQ (onCompletions(-errno, syscall)).
+  static void OnChannelReadable(Napi::Env env, CqResource* res, int status) {
+    GuardFromLoop(env, [&] {
+      std::shared_ptr<Resource> keep = res->shared_from_this();  // JS may close and drop the CQ
+      if (res->closed() || !res->cq) return;
+      int err = 0;
+      const char* syscall = "ibv_get_cq_event";
+      if (status < 0) {
+        err = EIO;  // libuv reports POLLERR as an error status and stops polling
+      } else {
+        // One event at most per arming (this channel serves this CQ only, and
+        // it is re-armed below), so one read suffices. Should another event be
+        // queued, the fd stays readable and the (level-triggered) watcher
+        // comes back for it.
+        ibv_cq* cq = nullptr;
+        void* cq_context = nullptr;
+        if (ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) {
+          ibv_ack_cq_events(res->cq, 1);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          err = errno ? errno : EIO;
+        }
+        if (!err && res->rearm) {
+          int rc = ibv_req_notify_cq(res->cq, 0);
+          if (rc != 0) {
+            err = rc > 0 ? rc : EIO;
+            syscall = "ibv_req_notify_cq";
+          }
+        }
+      }
+      napi_async_context async = AsyncContextOf(env, LoopCallback::Completions);
+      if (err) {
+        res->watcher.Stop();
+        CallFromLoop(env, async, res->on_completions,
+                     {Napi::Number::New(env, -err), Napi::String::New(env, syscall)});
+        return;
+      }
+      int n = PollInto(res);
+      if (n != 0) CallFromLoop(env, async, res->on_completions, {Napi::Number::New(env, n)});
+    });
+  }
+
+  // simulateFdError(): test hook, runs the handler as libuv does when polling
+  // the channel's fd fails (POLLERR after the device went away). rxe blocks
+  // device removal until the process closes the device, so the real case
+  // cannot be provoked with Soft-RoCE.
+  Napi::Value SimulateFdError(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CqResource* res = Live(env, resource, "CompletionQueue");
+    res->watcher.Stop();
+    OnChannelReadable(env, res, UV_EBADF);
+    return env.Undefined();
   }
 
   // poll() -> count written to the output (busy polling and explicit drains).
@@ -159,9 +209,17 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     Napi::Env env = info.Env();
     CqResource* res = Live(env, resource, "CompletionQueue");
     bool rearm = info.Length() > 0 && info[0].ToBoolean();
-    if (rearm && !res->rearm) ibv_req_notify_cq(res->cq, 0);
+    if (rearm && !res->rearm) {
+      int rc = ibv_req_notify_cq(res->cq, 0);
+      if (rc != 0) ThrowErrno(env, rc > 0 ? rc : EIO, "ibv_req_notify_cq");
+    }
     res->rearm = rearm;
     return env.Undefined();
+  }
+
+  // The kernel handle: CQ_ERR async events name the CQ by it.
+  Napi::Value Handle(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), Live(info.Env(), resource, "CompletionQueue")->cq->handle);
   }
 
   Napi::Value Entries(const Napi::CallbackInfo& info) {

@@ -5,22 +5,34 @@
 #include <rdma/rdma_cma.h>
 
 #include "addon.h"
+#include "async_events.h"
 #include "resources.h"
 
 namespace ibv {
 
 int ContextResource::DestroyHandle() {
   if (ctx && owned) {
-    if (addon) addon->async_watchers.erase(ctx);  // stop watching before the fd closes
-    if (ibv_close_device(ctx) != 0) return errno ? errno : EIO;
+    if (addon) UnsubscribeAsyncEvents(addon, ctx);  // stop its reader before the fd closes
+    int rc = ibv_close_device(ctx);
+    if (rc != 0) return rc > 0 ? rc : (errno ? errno : EIO);
   }
   ctx = nullptr;
   return 0;
 }
 
-void CloseOrThrow(Napi::Env env, Resource* resource, const char* syscall) {
+void CloseOrThrow(Napi::Env env, Resource* resource, const char* /*syscall*/) {
   int err = resource->Close();
-  if (err) ThrowErrno(env, err, syscall);
+  if (!err) return;
+  // Name the object that refused: this one, or a child that stays open (and
+  // keeps this one open with it).
+  const Resource* failed = resource->failed() ? resource->failed() : resource;
+  Napi::Error error = ErrnoError(env, err, failed->destroy_call());
+  if (failed != resource) {
+    std::string message = std::string(resource->kind()) + " stays open: its " + failed->kind() +
+                          " could not be closed (" + error.Message() + ")";
+    error.Set("message", message);
+  }
+  throw error;
 }
 
 namespace {
@@ -87,45 +99,6 @@ ibv_context* OpenOwned(Napi::Env env, const std::string& name) {
   ibv_free_device_list(list);
   if (!ctx) ThrowErrno(env, err ? err : ENODEV, "ibv_open_device");
   return ctx;
-}
-
-// Reads and acks every pending async event of a context and hands each to
-// the addon-wide handler as (deviceName, ibv_event_type, detail), where detail is
-// the port number, QP number, or kernel handle of the object.
-void DrainAsyncEvents(Napi::Env env, AddonData* data, ibv_context* ctx) {
-  std::string device = ibv_get_device_name(ctx->device);
-  for (;;) {
-    ibv_async_event event;
-    if (ibv_get_async_event(ctx, &event) != 0) return;
-    uint32_t detail = 0;
-    switch (event.event_type) {
-      case IBV_EVENT_PORT_ACTIVE:
-      case IBV_EVENT_PORT_ERR:
-      case IBV_EVENT_LID_CHANGE:
-      case IBV_EVENT_PKEY_CHANGE:
-      case IBV_EVENT_GID_CHANGE:
-      case IBV_EVENT_SM_CHANGE:
-      case IBV_EVENT_CLIENT_REREGISTER:
-        detail = event.element.port_num;
-        break;
-      case IBV_EVENT_CQ_ERR:
-        detail = event.element.cq->handle;
-        break;
-      case IBV_EVENT_SRQ_ERR:
-      case IBV_EVENT_SRQ_LIMIT_REACHED:
-        detail = event.element.srq->handle;
-        break;
-      case IBV_EVENT_DEVICE_FATAL:
-        break;
-      default:
-        detail = event.element.qp ? event.element.qp->qp_num : 0;
-    }
-    uint32_t type = static_cast<uint32_t>(event.event_type);
-    ibv_ack_async_event(&event);
-    Napi::HandleScope scope(env);
-    CallFromLoop(env, data->on_async_event,
-                 {Napi::String::New(env, device), Napi::Number::New(env, type), Napi::Number::New(env, detail)});
-  }
 }
 
 Napi::Value SetAsyncEventHandler(const Napi::CallbackInfo& info) {
@@ -276,22 +249,10 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
   }
 
   // watchAsyncEvents(): deliver this device's async events to the handler
-  // set with setAsyncEventHandler. One watcher per context, shared by every
-  // Device on it; its handle never keeps the loop alive.
+  // set with setAsyncEventHandler (see async_events.h). Idempotent.
   Napi::Value WatchAsyncEvents(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    ibv_context* ctx = Ctx(env);
-    AddonData* data = AddonData::Get(env);
-    auto& watcher = data->async_watchers[ctx];
-    if (watcher) return env.Undefined();
-    int err = SetNonBlocking(ctx->async_fd);
-    if (err) ThrowErrno(env, err, "fcntl");
-    watcher = std::make_unique<FdWatcher>();
-    int rc = watcher->Start(env, ctx->async_fd, [env, data, ctx]() { DrainAsyncEvents(env, data, ctx); });
-    if (rc) {
-      data->async_watchers.erase(ctx);
-      ThrowCode(env, "ERR_UV", uv_strerror(rc));
-    }
+    SubscribeAsyncEvents(env, AddonData::Get(env), Ctx(env));
     return env.Undefined();
   }
 

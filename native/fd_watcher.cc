@@ -55,10 +55,12 @@ void FdWatcher::Stop() {
 void FdWatcher::OnReadable(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<FdWatcher*>(handle->data);
   if (!self || !self->handler_) return;
-  // Errors on the fd are reported to the handler too: it reads the fd, gets
-  // the error, and reports it to JS.
   Handler handler = self->handler_;  // the handler may Stop() this watcher
-  handler();
+  // libuv stops polling an fd that reported an error and will not call again:
+  // release the handle now so that it no longer keeps the loop alive, then
+  // let the handler fail what waits on the fd.
+  if (status < 0) self->Stop();
+  handler(status);
 }
 
 }  // namespace ibv

@@ -1,6 +1,8 @@
 // Watches a non-blocking file descriptor on the environment's libuv loop and
-// calls a C++ handler when it is readable. The handle keeps the loop alive only
-// while referenced (something waits on it).
+// calls a C++ handler when it is readable, or with a negative libuv status
+// when polling the fd failed (libuv has then stopped polling it: e.g. POLLERR
+// after the device went away). The handle keeps the loop alive only while
+// referenced (something waits on it).
 #pragma once
 
 #include <napi.h>
@@ -12,7 +14,8 @@ namespace ibv {
 
 class FdWatcher {
  public:
-  using Handler = std::function<void()>;
+  // status: 0, or a negative libuv error (the watcher is then stopped).
+  using Handler = std::function<void(int status)>;
 
   FdWatcher() = default;
   FdWatcher(const FdWatcher&) = delete;

@@ -8,7 +8,10 @@
 namespace ibv {
 
 int MrResource::DestroyHandle() {
-  if (mr && ibv_dereg_mr(mr) != 0) return errno ? errno : EBUSY;
+  if (mr) {
+    int rc = ibv_dereg_mr(mr);
+    if (rc != 0) return rc;
+  }
   mr = nullptr;
   native_memory.reset();
   js_memory.Reset();

@@ -5,7 +5,10 @@
 namespace ibv {
 
 int MwResource::DestroyHandle() {
-  if (mw && ibv_dealloc_mw(mw) != 0) return errno ? errno : EBUSY;
+  if (mw) {
+    int rc = ibv_dealloc_mw(mw);
+    if (rc != 0) return rc;
+  }
   mw = nullptr;
   return 0;
 }

@@ -5,7 +5,10 @@
 namespace ibv {
 
 int PdResource::DestroyHandle() {
-  if (pd && ibv_dealloc_pd(pd) != 0) return errno ? errno : EBUSY;
+  if (pd) {
+    int rc = ibv_dealloc_pd(pd);
+    if (rc != 0) return rc;
+  }
   pd = nullptr;
   return 0;
 }

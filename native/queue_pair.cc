@@ -11,8 +11,9 @@ namespace ibv {
 int QpResource::DestroyHandle() {
   if (qp && cm_id) {
     rdma_destroy_qp(cm_id);
-  } else if (qp && ibv_destroy_qp(qp) != 0) {
-    return errno ? errno : EBUSY;
+  } else if (qp) {
+    int rc = ibv_destroy_qp(qp);
+    if (rc != 0) return rc;
   }
   qp = nullptr;
   return 0;

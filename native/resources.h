@@ -20,6 +20,8 @@ namespace ibv {
 struct AddonData;
 
 struct ContextResource : Resource {
+  const char* kind() const override { return "Device"; }
+  const char* destroy_call() const override { return "ibv_close_device"; }
   ibv_context* ctx = nullptr;
   bool owned = true;  // false for librdmacm's contexts (shared, never closed here)
   AddonData* addon = nullptr;
@@ -28,6 +30,8 @@ struct ContextResource : Resource {
 };
 
 struct PdResource : Resource {
+  const char* kind() const override { return "ProtectionDomain"; }
+  const char* destroy_call() const override { return "ibv_dealloc_pd"; }
   ibv_pd* pd = nullptr;
   ~PdResource() override { Close(); }
   int DestroyHandle() override;
@@ -48,6 +52,8 @@ struct BufferMemory {
 };
 
 struct MrResource : Resource {
+  const char* kind() const override { return "MemoryRegion"; }
+  const char* destroy_call() const override { return "ibv_dereg_mr"; }
   ibv_mr* mr = nullptr;
   std::shared_ptr<BufferMemory> native_memory;  // or:
   Napi::Reference<Napi::ArrayBuffer> js_memory;  // keeps a JS buffer alive while registered
@@ -56,6 +62,8 @@ struct MrResource : Resource {
 };
 
 struct CqResource : Resource {
+  const char* kind() const override { return "CompletionQueue"; }
+  const char* destroy_call() const override { return "ibv_destroy_cq"; }
   ibv_cq* cq = nullptr;
   ibv_comp_channel* channel = nullptr;
   FdWatcher watcher;
@@ -70,12 +78,16 @@ struct CqResource : Resource {
 };
 
 struct SrqResource : Resource {
+  const char* kind() const override { return "SharedReceiveQueue"; }
+  const char* destroy_call() const override { return "ibv_destroy_srq"; }
   ibv_srq* srq = nullptr;
   ~SrqResource() override { Close(); }
   int DestroyHandle() override;
 };
 
 struct QpResource : Resource {
+  const char* kind() const override { return "QueuePair"; }
+  const char* destroy_call() const override { return "ibv_destroy_qp"; }
   ibv_qp* qp = nullptr;
   rdma_cm_id* cm_id = nullptr;  // set when rdma_create_qp made it: destroyed with rdma_destroy_qp
   ~QpResource() override { Close(); }
@@ -83,12 +95,16 @@ struct QpResource : Resource {
 };
 
 struct AhResource : Resource {
+  const char* kind() const override { return "AddressHandle"; }
+  const char* destroy_call() const override { return "ibv_destroy_ah"; }
   ibv_ah* ah = nullptr;
   ~AhResource() override { Close(); }
   int DestroyHandle() override;
 };
 
 struct MwResource : Resource {
+  const char* kind() const override { return "MemoryWindow"; }
+  const char* destroy_call() const override { return "ibv_dealloc_mw"; }
   ibv_mw* mw = nullptr;
   ~MwResource() override { Close(); }
   int DestroyHandle() override;

@@ -6,7 +6,10 @@
 namespace ibv {
 
 int SrqResource::DestroyHandle() {
-  if (srq && ibv_destroy_srq(srq) != 0) return errno ? errno : EBUSY;
+  if (srq) {
+    int rc = ibv_destroy_srq(srq);
+    if (rc != 0) return rc;
+  }
   srq = nullptr;
   return 0;
 }

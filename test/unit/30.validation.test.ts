@@ -227,7 +227,13 @@ class Fake extends Resource {
   protected override onClose(): void {
     if (this.refuse) throw new RdmaError(`${this.name} is busy`, { code: 'ERR_BUSY' })
   }
-  protected closeHandle(): void { this.log.push(this.name) }
+  failHandle = false
+  protected closeHandle(): void {
+    if (this.failHandle) throw new RdmaError(`${this.name}: destroy refused`, { code: 'EBUSY', errno: 16, syscall: 'ibv_fake_destroy' })
+    this.log.push(this.name)
+  }
+  untracked = false
+  protected override afterClose(): void { this.untracked = true }
 }
 
 describe('Resource: lifetimes', () => {
@@ -287,6 +293,35 @@ describe('Resource: lifetimes', () => {
     r.refuse = false
     r.close()
     expect(log).toEqual(['r'])
+  })
+
+  it('a handle that refuses to close leaves the object open, tracked and usable', () => {
+    const log: string[] = []
+    const r = new Fake('r', log)
+    r.failHandle = true
+    expect(thrown(() => r.close())).toMatchObject({ code: 'EBUSY', syscall: 'ibv_fake_destroy' })
+    expect(r.closed).toBe(false)
+    expect(r.untracked).toBe(false)
+    r.use()
+    r.failHandle = false
+    r.close()
+    expect(r.closed && r.untracked).toBe(true)
+  })
+
+  it('a child that refuses stops the close: it and its parents stay open, the error says which', () => {
+    const log: string[] = []
+    const pd = new Fake('pd', log)
+    const older = new Fake('older', log, pd)
+    const stuck = new Fake('stuck', log, pd)
+    const newer = new Fake('newer', log, pd)
+    stuck.failHandle = true
+    const error = thrown(() => pd.close())
+    expect(error).toMatchObject({ code: 'EBUSY', syscall: 'ibv_fake_destroy', message: expect.stringMatching(/^Fake stays open: its Fake could not be closed/) })
+    expect(log).toEqual(['newer']) // newest first, and nothing after the refusal
+    expect([pd.closed, older.closed, stuck.closed, newer.closed]).toEqual([false, false, false, true])
+    stuck.failHandle = false
+    pd.close()
+    expect(log).toEqual(['newer', 'stuck', 'older', 'pd'])
   })
 })
 
