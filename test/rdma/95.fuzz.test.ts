@@ -94,6 +94,7 @@ class World {
   remoteSlices: RemoteSlice[] = []
   controllers: AbortController[] = []
   promises = new Map<Promise<unknown>, string>()
+  failures: Error[] = []
   calls = 0
 
   all(): unknown[] {
@@ -110,15 +111,24 @@ function pick<T>(list: readonly T[], n: number): T | undefined {
   return list.length === 0 ? undefined : list[n % list.length]
 }
 
-/** Fails the property unless `error` is an Error with a string code. */
+/** How calls ended, over all runs: 'returned', 'resolved', or the error code. */
+const outcomes = new Map<string, number>()
+const count = (outcome: string) => outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1)
+
+/** Throws unless `error` is an Error with a string code. */
 function checkError(name: string, error: unknown): void {
   if (!(error instanceof Error) || typeof (error as { code?: unknown }).code !== 'string') {
     const shown = error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error)
     throw new Error(`${name}: failed without a coded Error: ${shown}`, { cause: error })
   }
+  count((error as Error & { code: string }).code)
 }
 
-/** Makes one call: it must return, or throw a coded Error; a promise is tracked until it settles. */
+/**
+ * Makes one call: it must return, or throw a coded Error. A promise is
+ * tracked until it settles; a rejection without a code is kept in
+ * world.failures (the run checks them after every call).
+ */
 function invoke(world: World, name: string, fn: () => unknown): unknown {
   world.calls++
   let result: unknown
@@ -129,9 +139,12 @@ function invoke(world: World, name: string, fn: () => unknown): unknown {
     return undefined
   }
   if (result instanceof Promise) {
-    const tracked = result.then(() => undefined, (error) => { checkError(name, error) })
+    const tracked: Promise<void> = result.then(() => { count('resolved') }, (error) => {
+      try { checkError(name, error) } catch (failure) { world.failures.push(failure as Error) }
+    }).finally(() => world.promises.delete(tracked))
     world.promises.set(tracked, name)
-    void tracked.finally(() => world.promises.delete(tracked)).catch(() => {})
+  } else {
+    count('returned')
   }
   return result
 }
@@ -266,7 +279,7 @@ const OPS: Record<string, Op> = {
     if (qp?.type === 'UD' && typeof o === 'object' && o !== null) {
       (o as Record<string, unknown>).dest = arg({ ...a, bad: a.bad - 5 }, { ah: pick(w.ahs, a.j), qpn: pick(w.qps, a.k)?.qpn ?? a.k, qkey: 0x11111111 })
     } else if (a.o & 0x2000 && typeof o === 'object' && o !== null) {
-      (o as Record<string, unknown>).invalidateRkey = pick(w.mws, a.m)?.rkey ?? a.m
+      (o as Record<string, unknown>).invalidateRkey = invoke(w, 'MemoryWindow.rkey', () => pick(w.mws, a.m)?.rkey) ?? a.m
     }
     invoke(w, 'QueuePair.send', () => qp?.send(localArg(w, a) as never, o as never))
   },
@@ -290,7 +303,10 @@ const OPS: Record<string, Op> = {
     invoke(w, 'QueuePair.bindWindow', () => pick(w.qps, a.i)?.bindWindow(arg(a, pick(w.mws, a.j), 1) as never,
       arg(a, pick(w.slices, a.k), 2) as never, accessArg(a) as number, options(w, a) as never))
   },
-  invalidate: (w, a) => void invoke(w, 'QueuePair.invalidate', () => pick(w.qps, a.i)?.invalidate(arg(a, pick(w.mws, a.j)?.rkey ?? a.m) as number, options(w, a) as never)),
+  invalidate: (w, a) => {
+    const rkey = invoke(w, 'MemoryWindow.rkey', () => pick(w.mws, a.j)?.rkey) ?? a.m
+    invoke(w, 'QueuePair.invalidate', () => pick(w.qps, a.i)?.invalidate(arg(a, rkey) as number, options(w, a) as never))
+  },
   createSrq: (w, a) => push(w.srqs, invoke(w, 'ProtectionDomain.createSrq', () => pick(w.pds, a.i)?.createSrq(arg(a, { maxWr: 1 + a.n % 32, maxSge: 1 + a.m % 3 }) as never)), SharedReceiveQueue),
   'srq.recv': (w, a) => void invoke(w, 'SharedReceiveQueue.recv', () => pick(w.srqs, a.i)?.recv(localArg(w, a), options(w, a) as never)),
   'srq.arm': (w, a) => void invoke(w, 'SharedReceiveQueue.arm', () => pick(w.srqs, a.i)?.arm(arg(a, 1 + a.m % 40) as number)),
@@ -368,6 +384,9 @@ function startTraffic(a: Side, b: Side) {
         if (Buffer.compare(a.region.bytes.subarray(size, size + length), data) !== 0) throw new Error(`traffic: read ${state.rounds} brought back wrong bytes`)
         state.rounds++
         state.bytes += 2 * length
+        // One round per turn of the loop: Soft-RoCE completes inside the post,
+        // so without this the loop would run many rounds between two fuzz calls.
+        await new Promise((resolve) => setImmediate(resolve))
       }
     } catch (error) {
       state.failure = error as Error
@@ -428,6 +447,15 @@ afterAll(async () => {
 })
 
 describe('fuzzing the public API', () => {
+  it('its checker refuses an uncoded error, thrown or rejected (so the fuzzer can fail)', async () => {
+    const world = new World()
+    expect(() => invoke(world, 'throws', () => { throw new Error('plain') })).toThrow(/throws: failed without a coded Error/)
+    expect(() => invoke(world, 'coded', () => { throw Object.assign(new Error('x'), { code: 'E_X' }) })).not.toThrow()
+    invoke(world, 'rejects', () => Promise.reject(new TypeError('plain')))
+    await settle(world)
+    expect(world.failures.map((e) => e.message)).toEqual(['rejects: failed without a coded Error: TypeError: plain'])
+  })
+
   it(`${RUNS} runs of ${ACTIONS} random calls: coded errors only, no hang, no leak, traffic intact`, async () => {
     let calls = 0
     const started = performance.now()
@@ -454,9 +482,11 @@ describe('fuzzing the public API', () => {
               if (PROFILE) profile.set('(yield)', (profile.get('(yield)') ?? 0) + performance.now() - t1)
             }
             if (traffic.failure) throw traffic.failure
+            if (world.failures.length > 0) throw world.failures[0]
           }
           const t0 = PROFILE ? performance.now() : 0
           await closeAll(world, closeOrder)
+          if (world.failures.length > 0) throw world.failures[0]
           if (PROFILE) profile.set('closeAll', (profile.get('closeAll') ?? 0) + performance.now() - t0)
         } finally {
           calls += world.calls
@@ -473,6 +503,8 @@ describe('fuzzing the public API', () => {
     } finally {
       const seconds = (performance.now() - started) / 1000
       if (PROFILE) console.log('fuzz profile (ms):', [...profile].sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', '))
+      const top = [...outcomes].sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k} ${v}`).join(', ')
+      console.log(`fuzz outcomes: ${top}`)
       console.log(`fuzz: ${calls} calls in ${seconds.toFixed(1)} s (seed ${SEED}); traffic: ${traffic.rounds} verified write+read rounds, ${traffic.bytes} bytes`)
     }
     expect(traffic.failure).toBeUndefined()
