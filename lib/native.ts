@@ -113,7 +113,10 @@ const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..')
 function load(): NativeAddon {
   const require = createRequire(import.meta.url)
   try {
-    return require('node-gyp-build')(packageRoot) as NativeAddon
+    // NODE_IBVERBS_ADDON names another build of the addon to load (scripts/test-asan.mjs
+    // points it at the sanitizer build, so the normal build/Release stays untouched).
+    const override = process.env.NODE_IBVERBS_ADDON
+    return (override ? require(override) : require('node-gyp-build')(packageRoot)) as NativeAddon
   } catch (cause) {
     const reason = cause instanceof Error ? cause.message : String(cause)
     const error = new Error(
