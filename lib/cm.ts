@@ -224,7 +224,7 @@ class CmChannel {
   #failAll(errno: number): void {
     const code = errnoName(errno)
     const error = new RdmaError(`rdma_get_cm_event: the event channel failed (${code})`, { code, errno, syscall: 'rdma_get_cm_event' })
-    for (const id of this.#ids.values()) id.fail(error)
+    for (const ref of this.#ids.values()) ref.deref()?.fail(error)
     if (sharedChannel === this) sharedChannel = undefined // later connections get a new channel
   }
 }
