@@ -2,10 +2,9 @@
 // listens, guest 1 connects with rdma_cm and moves verified data; then a QP
 // pair connected the verbs way (endpoints exchanged as JSON) moves more.
 import { describe, expect, it } from 'vitest'
-import { Access, decodeDescriptors, listen, openDevice, remoteRegion, type Connection } from '../../dist/index.js'
-import { serve } from '../rdma/fixtures/cm-serve.mjs'
+import { Access, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion, type Connection, type ConnectionRequest, type ProtectionDomain, type QueuePair } from '../../dist/index.js'
 import { exchange } from '../rdma/cm-helpers.js'
-import { pattern } from '../rdma/helpers.js'
+import { ALL_ACCESS, pattern } from '../rdma/helpers.js'
 
 const role = process.env.SOFTROCE_HOST_INDEX
 const local = process.env.SOFTROCE_ADDR
@@ -23,11 +22,22 @@ describe(`two hosts (this is host ${role})`, () => {
     const pd = device.allocPd()
     try {
       if (role === '0') {
-        // Serve until the client says it is done.
+        // Serve every connection the client makes, and check on this side what arrived.
         const listener = await listen({ host: local!, port: PORT, pd })
-        await new Promise<void>((resolve) => listener.on('request', (request) => { serve(request, pd, { onDone: resolve }).catch(() => {}) }))
-        await new Promise((resolve) => setTimeout(resolve, 500)) // let the reply reach the client
-        listener.close()
+        const served: Array<Promise<void>> = []
+        const seeds: number[] = []
+        let clientDone!: () => void
+        const done = new Promise<void>((resolve) => { clientDone = resolve })
+        listener.on('request', (request) => served.push(serveAndCheck(request, pd, seeds, clientDone)))
+        try {
+          await within(done, 150_000, 'the client to say it is done')
+          // Each connection ends when the client disconnects it; any failure on this side fails here.
+          await within(Promise.all(served), 60_000, 'every connection to end')
+        } finally {
+          listener.close()
+        }
+        expect(served.length, 'connections accepted').toBe(9)
+        expect(seeds.sort((a, b) => a - b), 'patterns that arrived by WRITE').toEqual([1, 10, 11, 12, 13, 14, 15, 16, 17])
       } else {
         // The server may still be booting: retry refused connections for a while.
         let first: Connection | undefined
@@ -70,3 +80,62 @@ describe(`two hosts (this is host ${role})`, () => {
     }
   })
 })
+
+/** Rejects with a message naming what was awaited if it takes longer than `ms`. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms) })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+/**
+ * Host 0's side of the protocol of test/rdma/fixtures/cm-serve.mjs (sum, echo,
+ * endpoint, done), with checks: which pattern the client's exchange() wrote
+ * (pushed to `seeds`), and at 'done' the bytes of the large WRITE and of the
+ * hand-made QP's WRITE. Resolves when the client disconnects; rejects on any failure.
+ */
+async function serveAndCheck(request: ConnectionRequest, pd: ProtectionDomain, seeds: number[], onDone: () => void): Promise<void> {
+  const region = pd.allocRegion(65536, ALL_ACCESS)
+  const conn = await request.accept({ privateData: encodeDescriptors([region.describe()]), receiveJson: true })
+  const disconnected = new Promise<null>((resolve) => conn.once('disconnected', () => resolve(null)))
+  let qp: QueuePair | undefined
+  const cq = pd.device.createCq()
+  try {
+    for (;;) {
+      const next = conn.receiveJson()
+      next.catch(() => {}) // flushed when the client disconnects: that ends the loop below
+      const message = (await Promise.race([next, disconnected])) as Record<string, unknown> | null
+      if (message === null) return
+      if (message.sum) {
+        const [offset, length] = message.sum as [number, number]
+        const bytes = region.bytes.subarray(offset, offset + length)
+        const seed = [1, 10, 11, 12, 13, 14, 15, 16, 17].find((s) => Buffer.compare(bytes, pattern(length, s)) === 0)
+        expect(seed, `the bytes the client wrote at ${offset} match one of its patterns`).toBeDefined()
+        seeds.push(seed!)
+        let sum = 0
+        for (const byte of bytes) sum = (sum * 31 + byte) >>> 0
+        await conn.sendJson({ sum })
+      } else if (message.echo !== undefined) {
+        await conn.sendJson({ echo: message.echo })
+      } else if (message.endpoint) {
+        qp = pd.createQp({ type: 'RC', sendCq: cq })
+        await qp.connect(message.endpoint as Parameters<QueuePair['connect']>[0])
+        await conn.sendJson({ endpoint: qp.endpoint() })
+      } else if (message.done) {
+        // The client wrote pattern 77 over the region, then pattern 78 at 8192 through the hand-made QP.
+        const expected = Buffer.from(pattern(65536, 77))
+        expected.set(pattern(4096, 78), 8192)
+        expect(Buffer.compare(region.bytes, expected), 'the region holds what the client wrote').toBe(0)
+        await conn.sendJson({ done: true })
+        onDone()
+      } else {
+        throw new Error(`unexpected message ${JSON.stringify(message)}`)
+      }
+    }
+  } finally {
+    qp?.close()
+    cq.close()
+    conn.close()
+    region.deregister()
+  }
+}
