@@ -13,9 +13,9 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 const requireRdma = process.env.CI === 'true' || process.env.NODE_IBVERBS_REQUIRE_RDMA === '1'
 const extra = process.argv.slice(2)
 
-function run(command, args, env = process.env) {
+function run(command, args) {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] })
+    const child = spawn(command, args, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] })
     let text = ''
     child.stdout.on('data', (chunk) => {
       process.stdout.write(chunk)
@@ -30,11 +30,12 @@ console.log('== unit tests (host) ==')
 const unit = await run(vitest, ['run', '--config', 'vitest.unit.config.ts', ...extra])
 
 console.log('\n== RDMA suites (real device via scripts/softroce.sh) ==')
-// 10 GiB for the guest: test/rdma/25.large-memory.test.ts registers two
-// regions of 4 GiB + 1 MiB (a real transfer of more than 4 GiB). A QEMU guest
-// only takes from the host the memory it touches.
-const rdmaEnv = { ...process.env, SR_MEMORY: process.env.SR_MEMORY ?? '10240' }
-const rdma = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--', vitest, 'run', '--config', 'vitest.rdma.config.ts', ...extra], rdmaEnv)
+// 10 GiB for the guest (SR_MEMORY overrides, in MB):
+// test/rdma/25.large-memory.test.ts registers two regions of 4 GiB + 1 MiB (a
+// real transfer of more than 4 GiB). A QEMU guest only takes from the host the
+// memory it touches.
+const rdmaMemory = process.env.SR_MEMORY || '10240'
+const rdma = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--memory', rdmaMemory, '--', vitest, 'run', '--config', 'vitest.rdma.config.ts', ...extra])
 
 console.log('\n== two-host suite (two guests joined by a virtual wire) ==')
 // Both guests run the suite and print a summary (tagged [host0], [host1]): both count.

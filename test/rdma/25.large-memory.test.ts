@@ -1,6 +1,6 @@
 // Memory and transfers above 4 GiB, on the real device.
 //
-// This file needs a guest with about 10 GiB of memory (SR_MEMORY=10240;
+// This file needs a guest with about 10 GiB of memory (softroce.sh --memory 10240;
 // scripts/test.mjs sets it): it registers two regions of 4 GiB + 1 MiB and
 // moves all of one into the other with a single qp.write(). That is more than
 // an SGE's 32-bit length field can name and more than rxe's max message size
@@ -54,7 +54,7 @@ let b: Side
 let close: () => void
 beforeAll(async () => {
   if (memTotal() < 9 * GiB) {
-    throw new Error(`This file needs a guest with about 10 GiB of memory (two registered regions of 4 GiB + 1 MiB); this one has ${(memTotal() / GiB).toFixed(1)} GiB: run it with SR_MEMORY=10240`)
+    throw new Error(`This file needs a guest with about 10 GiB of memory (two registered regions of 4 GiB + 1 MiB); this one has ${(memTotal() / GiB).toFixed(1)} GiB: run it with scripts/softroce.sh run --memory 10240 (scripts/test.mjs does)`)
   }
   device = testDevice()
   ;({ a, b, close } = await connectedPair(device, { size: SIZE, access: ALL_ACCESS, qp: { maxSendWr: 16 } }))
