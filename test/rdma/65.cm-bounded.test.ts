@@ -195,7 +195,7 @@ describe('connection resources go away', () => {
     const disconnected = await connectMany(server.port)
     await Promise.all(disconnected.map((conn) => conn.disconnect()))
     expect(await settleTo(before)).toEqual(before)
-  })
+  }, 180_000)
 
   it('dropped connections (never closed) are collected with their rdma_cm ids and QPs', async () => {
     const before = ownResources()
@@ -205,7 +205,7 @@ describe('connection resources go away', () => {
       conns.length = 0
     })()
     expect(await settleTo(before)).toEqual(before)
-  })
+  }, 180_000)
 
   it('both ends dropped, accepted in this process, are collected', async () => {
     const before = ownResources()
@@ -215,7 +215,7 @@ describe('connection resources go away', () => {
       void pair
     })()
     expect(await settleTo(before)).toEqual(before)
-  })
+  }, 180_000)
 
   it('connections whose peer went away, then dropped, are collected', async () => {
     const before = ownResources()
@@ -228,5 +228,5 @@ describe('connection resources go away', () => {
     })()
     await victim.stop()
     expect(await settleTo(before)).toEqual(before)
-  })
+  }, 180_000)
 })
