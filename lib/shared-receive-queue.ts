@@ -31,12 +31,13 @@ export class SharedReceiveQueue extends Resource implements PendingOwner {
     this.maxSge = integer(o.maxSge ?? 1, 'options.maxSge', 1, 64)
     this.pd = pd
     this.handle = call(() => new native.SharedReceiveQueue(pd.handle, this.maxWr, this.maxSge, 0))
+    this.kernelHandle = this.handle.handle
     pd.device.trackSrq(this)
     this.adoptedBy(pd)
   }
 
-  /** @internal the kernel's handle, named by SRQ async events */
-  get kernelHandle(): number { return this.handle.handle }
+  /** @internal the kernel's handle, named by SRQ async events (kept: untracking runs after the handle is gone) */
+  readonly kernelHandle: number
 
   /** @internal A QP that receives through this SRQ: its CQ keeps the loop alive for our receives. */
   attach(qp: { recvCq: CompletionQueue }): void {
