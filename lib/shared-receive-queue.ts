@@ -36,12 +36,13 @@ export class SharedReceiveQueue extends Resource implements PendingOwner, Pendin
     this.maxSge = integer(o.maxSge ?? 1, 'options.maxSge', 1, 64)
     this.pd = pd
     this.handle = call(() => new native.SharedReceiveQueue(pd.handle, this.maxWr, this.maxSge, 0))
+    this.kernelHandle = this.handle.handle
     pd.device.trackSrq(this)
     this.adoptedBy(pd)
   }
 
-  /** @internal the kernel's handle, named by SRQ async events */
-  get kernelHandle(): number { return this.handle.handle }
+  /** @internal the kernel's handle, named by SRQ async events (kept: untracking runs after the handle is gone) */
+  readonly kernelHandle: number
 
   /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
   get orphanedReceives(): number { return this.#orphaned }

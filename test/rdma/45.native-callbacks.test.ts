@@ -38,13 +38,15 @@ function within<T>(promise: Promise<T>, timeoutMs = 10_000): Promise<T> {
   return Promise.race([promise, bound]).finally(() => clearTimeout(timer))
 }
 
-/** Drives one SRQ_LIMIT_REACHED: 4 receives, armed at 2, 3 sends consume 3. */
-async function provokeSrqLimit(pair: Awaited<ReturnType<typeof srqPair>>): Promise<void> {
+/**
+ * Drives one SRQ_LIMIT_REACHED: posts 4 receives, arms the SRQ 2 below what it
+ * holds, and consumes 3 of them (one stays posted for the next round).
+ */
+async function provokeSrqLimit(pair: Awaited<ReturnType<typeof srqPair>>, leftover: number): Promise<void> {
   const receives = Array.from({ length: 4 }, (_, i) => pair.srq.recv(pair.region.slice(i * 64, 64)))
-  receives[3]!.catch(() => {}) // still posted when the SRQ closes
-  pair.srq.arm(2)
+  for (const receive of receives) receive.catch(() => {}) // the last one is still posted when the SRQ closes
+  pair.srq.arm(leftover + 4 - 2)
   for (let i = 0; i < 3; i++) await pair.sender.send(pair.region.slice(1024, 8))
-  await Promise.all(receives.slice(0, 3))
 }
 
 describe('close: newest first, transactional, driven by return codes', () => {
@@ -121,7 +123,7 @@ describe('device async events', () => {
       })
       for (let round = 0; round < 3; round++) {
         const event = nextEvent(device, 'SRQ_LIMIT_REACHED')
-        await provokeSrqLimit(pair)
+        await provokeSrqLimit(pair, round)
         expect((await event).srq).toBe(pair.srq)
       }
       expect(closing.closed).toBe(true)
@@ -144,7 +146,7 @@ describe('device async events', () => {
       const rounds = 5
       for (let round = 0; round < rounds; round++) {
         const event = nextEvent(device, 'SRQ_LIMIT_REACHED')
-        await provokeSrqLimit(pair)
+        await provokeSrqLimit(pair, round)
         expect((await event).srq).toBe(pair.srq)
       }
       // The worker sees them too (as events of a device it has no SRQ of).
