@@ -4,7 +4,8 @@
 // scripts/test.mjs sets it): it registers two regions of 4 GiB + 1 MiB and
 // moves all of one into the other with a single qp.write(). That is more than
 // an SGE's 32-bit length field can name and more than rxe's max message size
-// (2 GiB), so the library must split it into several work requests. Every
+// (8 MiB), so the library must split it into 513 work requests (the QP gets
+// maxSendWr 1024: a split operation needs one send-queue slot per piece). Every
 // byte that arrived is checked: each 1 MiB chunk has its own fill byte and
 // carries its index and a seed, so a chunk that lands in the wrong place fails.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -57,7 +58,7 @@ beforeAll(async () => {
     throw new Error(`This file needs a guest with about 10 GiB of memory (two registered regions of 4 GiB + 1 MiB); this one has ${(memTotal() / GiB).toFixed(1)} GiB: run it with scripts/softroce.sh run --memory 10240 (scripts/test.mjs does)`)
   }
   device = testDevice()
-  ;({ a, b, close } = await connectedPair(device, { size: SIZE, access: ALL_ACCESS, qp: { maxSendWr: 16 } }))
+  ;({ a, b, close } = await connectedPair(device, { size: SIZE, access: ALL_ACCESS, qp: { maxSendWr: 1024 } }))
 }, TIMEOUT_MS)
 afterAll(() => { close?.(); device?.close() })
 
