@@ -92,7 +92,8 @@ async function runSanitized() {
     UBSAN_OPTIONS: `halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=${reports}/ubsan`,
   }
   const vitest = join(root, 'node_modules', '.bin', 'vitest')
-  const result = await run(vitest, ['run', '--config', 'vitest.rdma.config.ts', ...vitestArgs], env)
+  const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config=')) ? [] : ['--config', 'vitest.rdma.config.ts']
+  const result = await run(vitest, ['run', ...config, ...vitestArgs], env)
   const files = readdirSync(reports)
   for (const file of files) {
     console.error(`\n== sanitizer report ${file} ==`)
