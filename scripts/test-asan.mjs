@@ -92,9 +92,12 @@ async function runSanitized() {
     UBSAN_OPTIONS: `halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=${reports}/ubsan`,
   }
   const vitest = join(root, 'node_modules', '.bin', 'vitest')
-  const result = await run(vitest, ['run', '--config', 'vitest.rdma.config.ts', ...vitestArgs], env)
-  const files = readdirSync(reports)
-  for (const file of files) {
+  const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config=')) ? [] : ['--config', 'vitest.rdma.config.ts']
+  const result = await run(vitest, ['run', ...config, ...vitestArgs], env)
+  // Report files can also hold warnings (e.g. "failed to allocate" when a huge
+  // allocation returns NULL, as allocator_may_return_null asks): only errors count.
+  const files = readdirSync(reports).filter((file) => REPORT.test(readFileSync(join(reports, file), 'utf8')))
+  for (const file of readdirSync(reports)) {
     console.error(`\n== sanitizer report ${file} ==`)
     console.error(readFileSync(join(reports, file), 'utf8'))
   }
@@ -105,7 +108,13 @@ async function runSanitized() {
     console.error(`test:asan: ${files.length} sanitizer report file(s)${inOutput ? ', a report in the output' : ''}: FAILED`)
     process.exit(1)
   }
-  if (result.code !== 0) process.exit(result.code)
+  if (result.code !== 0) {
+    // A worker killed without a report (the OOM killer, a signal): the kernel says which.
+    const kernel = spawnSync('dmesg', [], { encoding: 'utf8' }).stdout ?? ''
+    const lines = kernel.split('\n').filter((l) => /out of memory|killed process|segfault|oom/i.test(l))
+    if (lines.length > 0) console.error(`test:asan: kernel messages:\n${lines.slice(-10).join('\n')}`)
+    process.exit(result.code)
+  }
   if (passed === 0) {
     console.error('test:asan: vitest ran no test: that is a failure')
     process.exit(1)
@@ -120,7 +129,8 @@ if (inRdmaEnv) {
   if (!noBuild || !existsSync(addon)) build()
   if (buildOnly) process.exit(0)
   const requireRdma = process.env.CI === 'true' || process.env.NODE_IBVERBS_REQUIRE_RDMA === '1'
-  const result = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--',
+  // More guest memory than the default: ASan's shadow memory and quarantine need room.
+  const result = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--memory', '4096', '--',
     process.execPath, join(root, 'scripts', 'test-asan.mjs'), '--in-rdma-env', ...vitestArgs])
   const seconds = ((Date.now() - started) / 1000).toFixed(0)
   if (result.code === ENV_UNAVAILABLE && !requireRdma) {
