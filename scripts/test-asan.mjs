@@ -92,7 +92,10 @@ async function runSanitized() {
     UBSAN_OPTIONS: `halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=${reports}/ubsan`,
   }
   const vitest = join(root, 'node_modules', '.bin', 'vitest')
-  const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config=')) ? [] : ['--config', 'vitest.rdma.config.ts']
+  // 25.large-memory needs a 10 GiB guest and spends minutes filling and
+  // checking bytes in JS: `npm test` runs it; its native paths (views past
+  // 4 GiB, splitting) are small and covered here by the other files.
+  const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config=')) ? [] : ['--config', 'vitest.rdma.config.ts', '--exclude', '**/25.large-memory.test.ts']
   const result = await run(vitest, ['run', ...config, ...vitestArgs], env)
   // Report files can also hold warnings (e.g. "failed to allocate" when a huge
   // allocation returns NULL, as allocator_may_return_null asks): only errors count.
