@@ -1,0 +1,163 @@
+// Requests that wait for something the library rations (a send-queue slot, a
+// CQ entry) stay bounded by their timeoutMs / signal, and completions are
+// found whichever CQ they arrive on.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { Access, type CompletionQueue, type Device, type QueuePair } from '../../dist/index.js'
+import { ALL_ACCESS, connectedPair, pattern, testDevice } from './helpers.js'
+
+let device: Device
+const cleanups: Array<() => void> = []
+beforeAll(() => { device = testDevice() })
+afterEach(() => { while (cleanups.length) cleanups.pop()!() })
+afterAll(() => device?.close())
+
+/** Fails instead of hanging: rejects if `promise` has not settled after `ms`. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const guard = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
+  return Promise.race([promise, guard]).finally(() => clearTimeout(timer))
+}
+
+/**
+ * A sender whose send queue (4 slots) is full of sends that never complete:
+ * the peer posts no receives and rnrRetry 7 retries forever.
+ */
+async function rnrStarved() {
+  const p = await connectedPair(device, { size: 65536, qp: { maxSendWr: 4 }, connect: { rnrRetry: 7 } })
+  cleanups.push(p.close)
+  const { a } = p
+  expect(a.qp.caps.maxSendWr).toBe(4)
+  const stuck = Array.from({ length: 4 }, (_, i) => a.qp.send(a.region.slice(i * 64, 64)))
+  for (const s of stuck) s.catch(() => {}) // rejected with ERR_CLOSED at cleanup
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  expect(a.qp.outstanding).toBe(4)
+  return a
+}
+
+describe('a request waiting for a send-queue slot', () => {
+  it('rejects with ETIMEDOUT when its timeoutMs elapses, and leaves the queue', async () => {
+    const a = await rnrStarved()
+    const error = await within(a.qp.write(a.region.slice(0, 8), a.region.asRemote().slice(8, 8), { timeoutMs: 200 }).catch((e) => e), 10_000, 'write with timeoutMs 200')
+    expect(error).toMatchObject({ name: 'RdmaError', code: 'ETIMEDOUT', verb: 'write', qpn: a.qp.qpn })
+    expect(error.message).toMatch(/waiting for a queue slot/)
+    expect(a.qp.outstanding).toBe(4) // never posted
+    // A later request with a deadline is not stuck behind the one that left.
+    await expect(within(a.qp.send(a.region.slice(0, 8), { timeoutMs: 100 }), 10_000, 'second send')).rejects.toMatchObject({ code: 'ETIMEDOUT' })
+  })
+
+  it('rejects with ABORT_ERR when its signal is aborted', async () => {
+    const a = await rnrStarved()
+    const controller = new AbortController()
+    const pending = a.qp.send(a.region.slice(0, 8), { signal: controller.signal }).catch((e) => e)
+    setTimeout(() => controller.abort('give up'), 100)
+    const error = await within(pending, 10_000, 'send with a signal')
+    expect(error).toMatchObject({ name: 'RdmaError', code: 'ABORT_ERR', verb: 'send', cause: 'give up' })
+    expect(a.qp.outstanding).toBe(4)
+    // An already-aborted signal is refused before anything is posted or queued.
+    await expect(a.qp.send(a.region.slice(0, 8), { signal: AbortSignal.abort('no') })).rejects.toMatchObject({ code: 'ABORT_ERR' })
+  })
+
+  it('is posted when a slot frees up, and its deadline keeps running', async () => {
+    // The peer posts its receives late: the waiting send then goes out and completes.
+    const p = await connectedPair(device, { size: 65536, qp: { maxSendWr: 2 }, connect: { rnrRetry: 7, minRnrTimer: 1 } })
+    cleanups.push(p.close)
+    const { a, b } = p
+    a.region.bytes.set(pattern(3 * 64, 1), 0)
+    const sends = [0, 1, 2].map((i) => a.qp.send(a.region.slice(i * 64, 64), { timeoutMs: 20_000 }))
+    const recvs = [0, 1, 2].map((i) => b.qp.recv(b.region.slice(i * 64, 64), { timeoutMs: 20_000 }))
+    await within(Promise.all([...sends, ...recvs]), 30_000, 'sends and receives')
+    expect(Buffer.compare(b.region.bytes.subarray(0, 192), pattern(192, 1))).toBe(0)
+  })
+})
+
+describe('completion queue credits', () => {
+  /** Two QPs whose send CQ is much smaller than their outstanding work. */
+  async function sharedSmallCq() {
+    const pd = device.allocPd()
+    const small = device.createCq({ entries: 16 })
+    const big = device.createCq({ entries: 4096 })
+    const local = pd.allocRegion(1 << 20, ALL_ACCESS)
+    const remote = pd.allocRegion(1 << 20, ALL_ACCESS)
+    const make = (cq: CompletionQueue): QueuePair => pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 256 })
+    const senders = [make(small), make(small)]
+    const peers = [make(big), make(big)]
+    for (let i = 0; i < 2; i++) {
+      await senders[i]!.connect(peers[i]!.endpoint())
+      await peers[i]!.connect(senders[i]!.endpoint())
+    }
+    cleanups.push(() => { pd.close(); small.close(); big.close() })
+    return { small, senders, local, remote }
+  }
+
+  it('writes from two QPs never overrun a small shared CQ: all settle, bytes right', async () => {
+    const { small, senders, local, remote } = await sharedSmallCq()
+    expect(small.entries).toBeLessThan(2 * 200)
+    const size = 1024
+    local.bytes.set(pattern(2 * 200 * size, 7), 0)
+    const writes: Array<Promise<void>> = []
+    for (let i = 0; i < 200; i++) {
+      for (let q = 0; q < 2; q++) {
+        const at = (q * 200 + i) * size
+        writes.push(senders[q]!.write(local.slice(at, size), remote.asRemote().slice(at, size), { timeoutMs: 20_000 }))
+      }
+    }
+    const results = await within(Promise.allSettled(writes), 60_000, 'writes')
+    const failed = results.filter((r) => r.status === 'rejected') as PromiseRejectedResult[]
+    expect(failed.map((r) => (r.reason as { code?: string }).code)).toEqual([])
+    expect(Buffer.compare(remote.bytes.subarray(0, 2 * 200 * size), local.bytes.subarray(0, 2 * 200 * size))).toBe(0)
+  })
+
+  it('a request that can never fit the CQ is refused with ERR_CQ_TOO_SMALL', async () => {
+    const { small, senders, local, remote } = await sharedSmallCq()
+    const operations = Array.from({ length: small.entries + 1 }, (_, i) => ({ op: 'write' as const, local: local.slice(i * 8, 8), remote: remote.asRemote().slice(i * 8, 8) }))
+    await expect(senders[0]!.postBatch(operations)).rejects.toMatchObject({ code: 'ERR_CQ_TOO_SMALL' })
+  })
+
+  it('a request waiting for CQ credit is bounded by its timeoutMs', async () => {
+    const pd = device.allocPd()
+    const small = device.createCq({ entries: 4 })
+    const region = pd.allocRegion(65536, ALL_ACCESS)
+    const receiver = pd.createQp({ type: 'RC', sendCq: small, maxRecvWr: 64 })
+    const peerCq = device.createCq()
+    const peer = pd.createQp({ type: 'RC', sendCq: peerCq })
+    cleanups.push(() => { pd.close(); small.close(); peerCq.close() })
+    await receiver.connect(peer.endpoint())
+    await peer.connect(receiver.endpoint())
+    // Receives that no message ever fills hold the CQ's entries.
+    const held = Array.from({ length: small.entries }, (_, i) => receiver.recv(region.slice(i * 64, 64)))
+    for (const h of held) h.catch(() => {})
+    const error = await within(receiver.recv(region.slice(4096, 64), { timeoutMs: 200 }).catch((e) => e), 10_000, 'recv waiting for credit')
+    expect(error).toMatchObject({ code: 'ETIMEDOUT', verb: 'recv' })
+    expect(error.message).toMatch(/waiting for a queue slot/) // it was never posted
+    expect(receiver.outstanding).toBe(small.entries)
+  })
+})
+
+describe('shared receive queue', () => {
+  it('a receive completes on the recv CQ of whichever attached QP took the message', async () => {
+    const pd = device.allocPd()
+    const cqA = device.createCq({ pollMode: 'busy' })
+    const cqB = device.createCq({ pollMode: 'busy' })
+    const cqS = device.createCq()
+    const srq = pd.createSrq({ maxWr: 16 })
+    const region = pd.allocRegion(8192, Access.LocalWrite)
+    const r1 = pd.createQp({ type: 'RC', sendCq: cqA, srq })
+    const r2 = pd.createQp({ type: 'RC', sendCq: cqB, srq })
+    const s1 = pd.createQp({ type: 'RC', sendCq: cqS })
+    const s2 = pd.createQp({ type: 'RC', sendCq: cqS })
+    cleanups.push(() => { pd.close(); for (const cq of [cqA, cqB, cqS]) cq.close() })
+    for (const [r, s] of [[r1, s1], [r2, s2]] as const) {
+      await r.connect(s.endpoint())
+      await s.connect(r.endpoint())
+    }
+    const received = srq.recv(region.slice(0, 256), { timeoutMs: 10_000 })
+    // Both receive CQs wait for it (busy CQs poll only while something waits).
+    expect([cqA.pending, cqB.pending]).toEqual([1, 1])
+    region.bytes.set(pattern(256, 3), 4096)
+    await s2.send(region.slice(4096, 256), { timeoutMs: 10_000 })
+    const wc = await within(received, 15_000, 'srq.recv')
+    expect(wc).toMatchObject({ qpn: r2.qpn, byteLength: 256 })
+    expect(Buffer.compare(region.bytes.subarray(0, 256), pattern(256, 3))).toBe(0)
+    expect([cqA.pending, cqB.pending]).toEqual([0, 0])
+  })
+})

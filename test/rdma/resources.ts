@@ -1,0 +1,26 @@
+// Counts of the kernel's RDMA objects owned by this process, from iproute2's
+// `rdma resource show` (what the device really holds, not what JS thinks).
+import { execFileSync } from 'node:child_process'
+import { readdirSync, readlinkSync } from 'node:fs'
+
+export type ResourceKind = 'qp' | 'cq' | 'pd' | 'mr'
+
+/** Number of `kind` objects of this process on any RDMA device. */
+export function countResources(kind: ResourceKind): number {
+  const out = execFileSync('rdma', ['-j', 'resource', 'show', kind], { encoding: 'utf8', timeout: 30_000 })
+  const rows = JSON.parse(out || '[]') as Array<{ pid?: number }>
+  return rows.filter((row) => row.pid === process.pid).length
+}
+
+export function countAll(): Record<ResourceKind | 'contexts', number> {
+  return { qp: countResources('qp'), cq: countResources('cq'), pd: countResources('pd'), mr: countResources('mr'), contexts: openDeviceFiles() }
+}
+
+/** Open device contexts: file descriptors of /dev/infiniband/uverbs*. */
+export function openDeviceFiles(): number {
+  let n = 0
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try { if (readlinkSync(`/proc/self/fd/${fd}`).startsWith('/dev/infiniband/uverbs')) n++ } catch { /* closed meanwhile */ }
+  }
+  return n
+}
