@@ -677,10 +677,7 @@ export class QueuePair extends Resource implements PendingOwner {
         const { wr, regions, length } = this.#sendWr(kind, local, remote, o, -1, flags)
         if (length > this.#maxMessage && this.#overMaxMessage(length)) {
           // Over the max message size: several requests, posted together, the last signaled.
-          const requests = splitWr(wr, length, this.#maxMessage)
-          this.#submit('send', kind, requests.length, regions, wait, resolve, reject, noResult, (first, enc) => {
-            requests.forEach((request, i) => { request.wrId = first + i; enc.addSend(request) })
-          })
+          this.#split(kind, splitWr(wr, length, this.#maxMessage), regions, wait, resolve, reject)
         } else {
           this.#submit('send', kind, 1, regions, wait, resolve, reject, noResult, wr)
         }
@@ -688,6 +685,28 @@ export class QueuePair extends Resource implements PendingOwner {
         reject(error)
       }
     })
+  }
+
+  /**
+   * Posts the pieces of a split write or read. Pieces that fit the send queue
+   * and the CQ go out together; more are posted in rounds of half of that
+   * (each round's last piece signaled), so a 10 GB write works on a queue of
+   * 128. Rounds queue for slots in order; the promise settles once: when the
+   * last round completes, or with the first failure.
+   */
+  #split(kind: string, pieces: SendWr[], regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
+    resolve: () => void, reject: (error: Error) => void): void {
+    const fits = Math.min(this.#sendSlots.capacity, this.sendCq.credits.capacity)
+    const round = pieces.length <= fits ? pieces.length : Math.max(1, fits >> 1)
+    let rounds = Math.ceil(pieces.length / round)
+    const roundDone = (): void => { if (--rounds === 0) resolve() }
+    for (let at = 0; at < pieces.length; at += round) {
+      const part = pieces.slice(at, at + round)
+      part[part.length - 1]!.flags |= SendFlags.Signaled
+      this.#submit('send', kind, part.length, regions, wait, roundDone, reject, noResult, (first, enc) => {
+        part.forEach((piece, i) => { piece.wrId = first + i; enc.addSend(piece) })
+      })
+    }
   }
 
   /**
