@@ -3,20 +3,13 @@
 // found whichever CQ they arrive on.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { Access, type CompletionQueue, type Device, type QueuePair } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, pattern, testDevice } from './helpers.js'
+import { ALL_ACCESS, connectedPair, pattern, testDevice, within } from './helpers.js'
 
 let device: Device
 const cleanups: Array<() => void> = []
 beforeAll(() => { device = testDevice() })
 afterEach(() => { while (cleanups.length) cleanups.pop()!() })
 afterAll(() => device?.close())
-
-/** Fails instead of hanging: rejects if `promise` has not settled after `ms`. */
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const guard = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
-  return Promise.race([promise, guard]).finally(() => clearTimeout(timer))
-}
 
 /**
  * A sender whose send queue (4 slots) is full of sends that never complete:

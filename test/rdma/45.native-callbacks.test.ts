@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import { Access, type AsyncEvent, type Device } from '../../dist/index.js'
 import { native } from '../../dist/native.js'
-import { ALL_ACCESS, connectedPair, srqPair, testDevice } from './helpers.js'
+import { ALL_ACCESS, connectedPair, srqPair, testDevice, within } from './helpers.js'
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
 
@@ -29,13 +29,6 @@ function nextEvent(on: Device, type: string, timeoutMs = 20_000): Promise<AsyncE
     }
     on.on('async', listener)
   })
-}
-
-/** Settles within timeoutMs, or rejects with 'still pending'. */
-function within<T>(promise: Promise<T>, timeoutMs = 10_000): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const bound = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`still pending after ${timeoutMs} ms`)), timeoutMs) })
-  return Promise.race([promise, bound]).finally(() => clearTimeout(timer))
 }
 
 /**

@@ -3,7 +3,7 @@
 // concurrent calls cannot mix up, QP caps that cannot change the QP's type or
 // CQs, concurrent disconnects, and connections (dropped, closed or
 // disconnected) whose rdma_cm ids and QPs are freed, counted by the kernel.
-import { execFileSync, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { connect, listen, type Connection, type Device, type ProtectionDomain } from '../../dist/index.js'
-import { testDevice } from './helpers.js'
+import { testDevice, within } from './helpers.js'
+import { countResources } from './resources.js'
 import { startServer, type ServerProcess } from './cm-helpers.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
@@ -28,13 +29,6 @@ afterAll(async () => {
   await server?.stop()
   device?.close()
 })
-
-/** Rejects when `promise` is still pending after `ms`: a hang fails the test instead of stalling it. */
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const stalled = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
-  return Promise.race([promise, stalled]).finally(() => clearTimeout(timer))
-}
 
 /** A connection to a listener in this process, and the connection that listener accepted. */
 async function localPair(options: { receiveJson?: boolean } = {}): Promise<{ client: Connection; server: Connection; close: () => void }> {
@@ -159,11 +153,7 @@ describe('connection options', () => {
 
 /** This process's rdma_cm ids and QPs, as `rdma resource show` lists them. */
 function ownResources(): { cmIds: number; qps: number } {
-  const count = (kind: string) => {
-    const rows = JSON.parse(execFileSync('rdma', ['-j', 'resource', 'show', kind], { encoding: 'utf8' }) || '[]') as Array<{ pid?: number }>
-    return rows.filter((row) => row.pid === process.pid).length
-  }
-  return { cmIds: count('cm_id'), qps: count('qp') }
+  return { cmIds: countResources('cm_id'), qps: countResources('qp') }
 }
 
 /** Collects garbage until this process's counts are back to `expected` (a bounded number of rounds). */

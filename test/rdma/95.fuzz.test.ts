@@ -7,7 +7,6 @@
 //
 // Replay a failure: FUZZ_SEED=<seed> [FUZZ_PATH=<path>] with the same file.
 // FUZZ_RUNS / FUZZ_ACTIONS change the size (calls = runs x actions).
-import { spawnSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
 import {
@@ -15,6 +14,7 @@ import {
   QueuePair, RemoteRegion, RemoteSlice, SharedReceiveQueue, openDevice, remoteRegion,
 } from '../../dist/index.js'
 import { connectedPair, pattern, testDevice, type Side } from './helpers.js'
+import { countResources } from './resources.js'
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 20)
 const ACTIONS = Number(process.env.FUZZ_ACTIONS ?? 550)
@@ -356,14 +356,7 @@ const RESOURCE_TYPES = ['ctx', 'pd', 'cq', 'qp', 'mr', 'srq'] as const
 
 /** RDMA resources of this process, by type, from `rdma resource show`. */
 function rdmaResources(): Record<string, number> {
-  const counts: Record<string, number> = {}
-  for (const type of RESOURCE_TYPES) {
-    const out = spawnSync('rdma', ['-j', 'resource', 'show', type], { encoding: 'utf8', timeout: 30_000 })
-    if (out.status !== 0) throw new Error(`rdma -j resource show ${type} failed: ${out.stderr || out.error}`)
-    const rows = JSON.parse(out.stdout || '[]') as Array<{ pid?: number }>
-    counts[type] = rows.filter((row) => row.pid === process.pid).length
-  }
-  return counts
+  return Object.fromEntries(RESOURCE_TYPES.map((type) => [type, countResources(type)]))
 }
 
 async function collectGarbage(): Promise<void> {

@@ -63,3 +63,10 @@ export async function srqPair(device: Device) {
   await sender.connect(receiver.endpoint())
   return { pd, srq, region, receiver, sender, close: () => { pd.close(); cq.close() } }
 }
+
+/** Fails instead of hanging: rejects if `promise` has not settled after `ms`. */
+export function within<T>(promise: Promise<T>, ms = 10_000, what = 'the promise'): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const guard = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
+  return Promise.race([promise, guard]).finally(() => clearTimeout(timer))
+}

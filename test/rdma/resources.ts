@@ -3,7 +3,8 @@
 import { execFileSync } from 'node:child_process'
 import { readdirSync, readlinkSync } from 'node:fs'
 
-export type ResourceKind = 'qp' | 'cq' | 'pd' | 'mr'
+/** The kinds `rdma resource show` lists per process. */
+export type ResourceKind = 'ctx' | 'pd' | 'cq' | 'qp' | 'mr' | 'srq' | 'cm_id'
 
 /** Number of `kind` objects of this process on any RDMA device. */
 export function countResources(kind: ResourceKind): number {
@@ -12,7 +13,7 @@ export function countResources(kind: ResourceKind): number {
   return rows.filter((row) => row.pid === process.pid).length
 }
 
-export function countAll(): Record<ResourceKind | 'contexts', number> {
+export function countAll(): Record<'qp' | 'cq' | 'pd' | 'mr' | 'contexts', number> {
   return { qp: countResources('qp'), cq: countResources('cq'), pd: countResources('pd'), mr: countResources('mr'), contexts: openDeviceFiles() }
 }
 
