@@ -16,7 +16,7 @@ const gc = (globalThis as { gc?: () => void }).gc
  */
 async function collect(refs: Array<WeakRef<object>>, freed: () => boolean): Promise<boolean> {
   const started = Date.now()
-  for (let round = 1; round <= 40; round++) {
+  for (let round = 1; round <= 100; round++) {
     // A turn first: deref() keeps a live target alive until the current job ends.
     await new Promise((resolve) => setTimeout(resolve, 50))
     gc!()
