@@ -3,7 +3,7 @@
 // atomic scratch slot of a refused request, regions of another PD.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { Access, type Device } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, pattern, testDevice } from './helpers.js'
+import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice } from './helpers.js'
 import { countResources } from './resources.js'
 
 let device: Device
@@ -77,15 +77,8 @@ describe('a receive that timed out', () => {
   })
 
   it('on an SRQ too', async () => {
-    const pd = device.allocPd()
-    const cq = device.createCq()
-    const srq = pd.createSrq({ maxWr: 16 })
-    const region = pd.allocRegion(8192, Access.LocalWrite)
-    const receiver = pd.createQp({ type: 'RC', sendCq: cq, srq })
-    const sender = pd.createQp({ type: 'RC', sendCq: cq })
-    cleanups.push(() => { pd.close(); cq.close() })
-    await receiver.connect(sender.endpoint())
-    await sender.connect(receiver.endpoint())
+    const { srq, region, sender, close } = await srqPair(device, 8192)
+    cleanups.push(close)
     await expect(srq.recv(region.slice(0, 64), { timeoutMs: 50 })).rejects.toMatchObject({ code: 'ETIMEDOUT' })
     region.bytes.set(pattern(64, 8), 4096)
     await sender.send(region.slice(4096, 64), { timeoutMs: 10_000 })

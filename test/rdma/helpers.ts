@@ -52,11 +52,11 @@ export function setU64(region: MemoryRegion, offset: number, value: bigint): voi
 }
 
 /** A QP that receives through an SRQ, connected to a plain sender QP, on one PD. */
-export async function srqPair(device: Device) {
+export async function srqPair(device: Device, regionSize = 4096) {
   const pd = device.allocPd()
   const cq = device.createCq()
   const srq = pd.createSrq({ maxWr: 16 })
-  const region = pd.allocRegion(4096, Access.LocalWrite)
+  const region = pd.allocRegion(regionSize, Access.LocalWrite)
   const receiver = pd.createQp({ type: 'RC', sendCq: cq, srq })
   const sender = pd.createQp({ type: 'RC', sendCq: cq })
   await receiver.connect(sender.endpoint())
