@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks'
 import { native, type NativeCompletionQueue } from './native.js'
 import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import type { CompletionEntry, Pending, PendingCounter } from './pending.js'
+import type { CompletionEntry, Pending } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
@@ -41,7 +41,7 @@ export interface CompletionOwner {
   failAll(error: RdmaError): void
 }
 
-export class CompletionQueue extends Resource implements PendingCounter {
+export class CompletionQueue extends Resource {
   protected readonly kind = 'CompletionQueue'
   /** @internal */ readonly handle: NativeCompletionQueue
   readonly device: Device

@@ -221,7 +221,7 @@ const noResult = (): undefined => undefined
 /** Default options object: lets the hot path skip option parsing. */
 const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
 
-export class QueuePair extends Resource implements PendingOwner {
+export class QueuePair extends Resource {
   protected readonly kind = 'QueuePair'
   /** @internal */ readonly handle: NativeQueuePair
   readonly pd: ProtectionDomain
