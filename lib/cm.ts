@@ -416,7 +416,10 @@ export class Connection extends EventEmitter {
   #disconnected = false
   #closed = false
 
+  /** Not constructible: made by connect() or request.accept(). */
+  constructor(...notConstructible: never)
   /** @internal */
+  constructor(id: CmIdHandle, setup: ConnectionSetup, fallbackPd: ProtectionDomain | undefined)
   constructor(id: CmIdHandle, setup: ConnectionSetup, fallbackPd: ProtectionDomain | undefined) {
     super()
     this.#id = id
@@ -584,7 +587,10 @@ export class ConnectionRequest {
   readonly privateData: Buffer | undefined
   #answered = false
 
+  /** Not constructible: made by a Listener. */
+  constructor(...notConstructible: never)
   /** @internal */
+  constructor(listener: Listener, id: CmIdHandle, event: NativeCmEvent)
   constructor(readonly listener: Listener, /** @internal */ readonly id: CmIdHandle, event: NativeCmEvent) {
     this.privateData = event.privateData
   }
@@ -643,7 +649,10 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   readonly #takers: Array<(result: IteratorResult<ConnectionRequest>) => void> = []
   #closed = false
 
-  /** @internal use listen() */
+  /** Not constructible: made by listen(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(id: CmIdHandle, pd: ProtectionDomain | undefined)
   constructor(id: CmIdHandle, pd: ProtectionDomain | undefined) {
     super()
     this.#id = id

@@ -79,7 +79,10 @@ export class CompletionQueue extends Resource {
     wcFlags: 0, pkeyIndex: 0, slid: 0, sl: 0, dlidPathBits: 0, vendorError: 0,
   }
 
-  /** @internal use device.createCq() */
+  /** Not constructible: made by device.createCq(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(device: Device, options?: CompletionQueueOptions)
   constructor(device: Device, options: CompletionQueueOptions = {}) {
     super()
     const o = optionalObject(options, 'options')

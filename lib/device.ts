@@ -124,7 +124,10 @@ export class Device extends Resource {
   readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
   #attributes: DeviceAttributes | undefined
 
-  /** @internal use openDevice() */
+  /** Not constructible: made by openDevice(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(name: string)
   constructor(name: string) {
     super()
     this.name = name

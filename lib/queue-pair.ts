@@ -251,10 +251,10 @@ export class QueuePair extends Resource {
   #maxMessage = 0
   readonly #ledger: QpLedger
 
-  /**
-   * @internal use pd.createQp(). `create` makes the native QP (rdma_cm
-   * connections pass one that uses rdma_create_qp).
-   */
+  /** Not constructible: made by pd.createQp(). */
+  constructor(...notConstructible: never)
+  /** @internal `create` makes the native QP (rdma_cm connections pass one that uses rdma_create_qp). */
+  constructor(pd: ProtectionDomain, options: QueuePairOptions, create?: (nativeOptions: Record<string, unknown>) => NativeQueuePair)
   constructor(pd: ProtectionDomain, options: QueuePairOptions,
     create = (nativeOptions: Record<string, unknown>) => new native.QueuePair(pd.handle, nativeOptions)) {
     super()

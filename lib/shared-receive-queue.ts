@@ -29,7 +29,10 @@ export class SharedReceiveQueue extends Resource {
   /** @internal PendingOwner */
   readonly pendings = new Map<number, Pending>()
 
-  /** @internal use pd.createSrq() */
+  /** Not constructible: made by pd.createSrq(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(pd: ProtectionDomain, options?: SharedReceiveQueueOptions)
   constructor(pd: ProtectionDomain, options: SharedReceiveQueueOptions = {}) {
     super()
     const o = optionalObject(options, 'options')

@@ -102,6 +102,14 @@ export async function loopback(): Promise<void> {
   device.on('async', (event: string) => console.log(event))
   // @ts-expect-error memory windows are type 1 or 2
   pd.allocMemoryWindow(3)
+  // @ts-expect-error objects come from factories (openDevice(), pd.createQp(), ...), not constructors
+  new Device()
+  // @ts-expect-error objects come from factories, not constructors
+  new QueuePair()
+  // @ts-expect-error objects come from factories, not constructors
+  new Connection()
+  // @ts-expect-error objects come from factories, not constructors
+  new Listener()
   // @ts-expect-error close() returns nothing to await on
   const closing: Promise<void> = qp.close()
   console.log(closing)
