@@ -24,7 +24,10 @@ export class AddressHandle extends Resource {
   /** @internal */ readonly id: number
   readonly pd: ProtectionDomain
 
-  /** @internal use pd.createAddressHandle() */
+  /** Not constructible: made by pd.createAddressHandle(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(pd: ProtectionDomain, options: AddressHandleOptions)
   constructor(pd: ProtectionDomain, options: AddressHandleOptions) {
     super()
     const o = object(options, 'options')

@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events'
 import { isIP } from 'node:net'
 import { lookup } from 'node:dns/promises'
-import { native, type NativeAddress, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId } from './native.js'
+import { native, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId } from './native.js'
 import { call, closedError, errnoName, RdmaError } from './errors.js'
 import { integer, instance, object, optionalObject, typeError, waitOptions, type WaitOptions } from './validate.js'
 import { openDevice, type Device } from './device.js'
@@ -40,6 +40,35 @@ export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
   timeoutMs?: number
   /** Called with the new QP (state INIT) before rdma_connect: post receives here so the peer may send at once. */
   beforeConnect?: (qp: QueuePair) => void
+}
+
+/** Options of request.accept(). */
+export interface AcceptOptions extends ConnectionSetup, WaitOptions {
+  /** Up to 196 bytes the connecting side gets as connection.privateData. */
+  privateData?: Uint8Array
+  /** Called with the new QP (state INIT) before rdma_accept: post receives here so the peer may send at once. */
+  beforeAccept?: (qp: QueuePair) => void
+}
+
+/** Options of request.reject(). */
+export interface RejectOptions {
+  /** Up to 148 bytes the connecting side gets as error.privateData. */
+  privateData?: Uint8Array
+}
+
+/** An IP address and port of an rdma_cm id (local or peer). */
+export interface CmAddress { address: string; port: number; family: 'IPv4' | 'IPv6' }
+
+/** Connection events and their listeners' arguments. */
+export interface ConnectionEvents {
+  /** The peer disconnected, or the device went away; requests in flight fail with ECONNRESET. */
+  disconnected: [reason: 'DISCONNECTED' | 'DEVICE_REMOVAL']
+}
+
+/** Listener events and their listeners' arguments. */
+export interface ListenerEvents {
+  /** A connection request; while any 'request' listener exists, requests go to it rather than to accept() / iteration. */
+  request: [request: ConnectionRequest]
 }
 
 export interface ListenOptions {
@@ -366,6 +395,13 @@ class JsonMessages {
   }
 }
 
+/** Typed listener methods (the rest of EventEmitter is Node's). */
+export interface Connection {
+  on<E extends keyof ConnectionEvents>(event: E, listener: (...args: ConnectionEvents[E]) => void): this
+  once<E extends keyof ConnectionEvents>(event: E, listener: (...args: ConnectionEvents[E]) => void): this
+  off<E extends keyof ConnectionEvents>(event: E, listener: (...args: ConnectionEvents[E]) => void): this
+}
+
 export class Connection extends EventEmitter {
   readonly device: Device
   readonly pd: ProtectionDomain
@@ -380,7 +416,10 @@ export class Connection extends EventEmitter {
   #disconnected = false
   #closed = false
 
+  /** Not constructible: made by connect() or request.accept(). */
+  constructor(...notConstructible: never)
   /** @internal */
+  constructor(id: CmIdHandle, setup: ConnectionSetup, fallbackPd: ProtectionDomain | undefined)
   constructor(id: CmIdHandle, setup: ConnectionSetup, fallbackPd: ProtectionDomain | undefined) {
     super()
     this.#id = id
@@ -412,8 +451,8 @@ export class Connection extends EventEmitter {
     if (setup.receiveJson) this.#json.postReceive()
   }
 
-  get localAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.localAddress() }
-  get remoteAddress(): NativeAddress | null { return this.#id.closed ? null : this.#id.native.peerAddress() }
+  get localAddress(): CmAddress | null { return this.#id.closed ? null : this.#id.native.localAddress() }
+  get remoteAddress(): CmAddress | null { return this.#id.closed ? null : this.#id.native.peerAddress() }
   get closed(): boolean { return this.#closed }
 
   /**
@@ -548,18 +587,21 @@ export class ConnectionRequest {
   readonly privateData: Buffer | undefined
   #answered = false
 
+  /** Not constructible: made by a Listener. */
+  constructor(...notConstructible: never)
   /** @internal */
-  constructor(readonly listener: Listener, readonly id: CmIdHandle, event: NativeCmEvent) {
+  constructor(listener: Listener, id: CmIdHandle, event: NativeCmEvent)
+  constructor(readonly listener: Listener, /** @internal */ readonly id: CmIdHandle, event: NativeCmEvent) {
     this.privateData = event.privateData
   }
 
-  get remoteAddress(): NativeAddress | null { return this.id.native.peerAddress() }
+  get remoteAddress(): CmAddress | null { return this.id.native.peerAddress() }
 
   /** Accepts: sets up the QP (posting receiveJson's receive first if asked) and waits for ESTABLISHED. */
-  async accept(options: ConnectionSetup & WaitOptions & { privateData?: Uint8Array; beforeAccept?: (qp: QueuePair) => void } = {}): Promise<Connection> {
+  async accept(options: AcceptOptions = {}): Promise<Connection> {
     if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
     this.#answered = true
-    const o = optionalObject(options, 'options') as ConnectionSetup & WaitOptions & { privateData?: Uint8Array; beforeAccept?: (qp: QueuePair) => void }
+    const o = optionalObject(options, 'options') as AcceptOptions
     let connection: Connection | undefined
     try {
       const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
@@ -580,7 +622,7 @@ export class ConnectionRequest {
   }
 
   /** Rejects, with up to 148 bytes the connecting side gets as error.privateData. */
-  reject(options: { privateData?: Uint8Array } = {}): void {
+  reject(options: RejectOptions = {}): void {
     if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
     this.#answered = true
     const o = optionalObject(options, 'options')
@@ -593,6 +635,13 @@ export class ConnectionRequest {
 }
 
 /** A listening rdma_cm id: iterate it (for await) or listen to 'request' events. */
+/** Typed listener methods (the rest of EventEmitter is Node's). */
+export interface Listener {
+  on<E extends keyof ListenerEvents>(event: E, listener: (...args: ListenerEvents[E]) => void): this
+  once<E extends keyof ListenerEvents>(event: E, listener: (...args: ListenerEvents[E]) => void): this
+  off<E extends keyof ListenerEvents>(event: E, listener: (...args: ListenerEvents[E]) => void): this
+}
+
 export class Listener extends EventEmitter implements AsyncIterable<ConnectionRequest> {
   readonly pd: ProtectionDomain | undefined
   readonly #id: CmIdHandle
@@ -600,7 +649,10 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   readonly #takers: Array<(result: IteratorResult<ConnectionRequest>) => void> = []
   #closed = false
 
-  /** @internal use listen() */
+  /** Not constructible: made by listen(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(id: CmIdHandle, pd: ProtectionDomain | undefined)
   constructor(id: CmIdHandle, pd: ProtectionDomain | undefined) {
     super()
     this.#id = id
@@ -610,7 +662,7 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   }
 
   /** The bound address (the port is real even when 0 was asked for). */
-  get address(): NativeAddress | null { return this.#closed ? null : this.#id.native.localAddress() }
+  get address(): CmAddress | null { return this.#closed ? null : this.#id.native.localAddress() }
 
   /** @internal */
   push(request: ConnectionRequest): void {

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks'
 import { native, type NativeCompletionQueue } from './native.js'
 import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import type { CompletionEntry, Pending, PendingCounter } from './pending.js'
+import type { CompletionEntry, Pending } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
@@ -41,7 +41,7 @@ export interface CompletionOwner {
   failAll(error: RdmaError): void
 }
 
-export class CompletionQueue extends Resource implements PendingCounter {
+export class CompletionQueue extends Resource {
   protected readonly kind = 'CompletionQueue'
   /** @internal */ readonly handle: NativeCompletionQueue
   readonly device: Device
@@ -79,7 +79,10 @@ export class CompletionQueue extends Resource implements PendingCounter {
     wcFlags: 0, pkeyIndex: 0, slid: 0, sl: 0, dlidPathBits: 0, vendorError: 0,
   }
 
-  /** @internal use device.createCq() */
+  /** Not constructible: made by device.createCq(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(device: Device, options?: CompletionQueueOptions)
   constructor(device: Device, options: CompletionQueueOptions = {}) {
     super()
     const o = optionalObject(options, 'options')

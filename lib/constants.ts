@@ -12,8 +12,9 @@ export const Access = {
   Relaxed: 1 << 20,
 } as const
 
-export const QpType = { RC: 2, UC: 3, UD: 4 } as const
-export type QpTypeName = keyof typeof QpType
+/** Queue pair transport types. Spelled out (not keyof typeof QpType) so the public .d.ts names no internal value. */
+export type QpTypeName = 'RC' | 'UC' | 'UD'
+export const QpType = { RC: 2, UC: 3, UD: 4 } as const satisfies Record<QpTypeName, number>
 
 export const QpState = { RESET: 0, INIT: 1, RTR: 2, RTS: 3, SQD: 4, SQE: 5, ERR: 6 } as const
 export type QpStateName = keyof typeof QpState

@@ -1,6 +1,6 @@
 // Devices: listing, opening, queries, and device async events.
 import { EventEmitter } from 'node:events'
-import { native, type NativeContext, type NativeDeviceInfo } from './native.js'
+import { native, type NativeContext } from './native.js'
 import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { integer, typeError } from './validate.js'
@@ -9,7 +9,8 @@ import { CompletionQueue, type CompletionQueueOptions } from './completion-queue
 import type { QueuePair } from './queue-pair.js'
 import type { SharedReceiveQueue } from './shared-receive-queue.js'
 
-export type DeviceInfo = NativeDeviceInfo
+/** A device as listDevices() reports it. */
+export interface DeviceInfo { name: string; guid: string; nodeType: string; transport: string }
 
 export interface PortInfo {
   port: number
@@ -60,6 +61,14 @@ export interface DeviceAttributes {
 
 /** A device async event, e.g. { type: 'PORT_ACTIVE', port: 1 } or { type: 'QP_FATAL', qpn: 17 }. */
 export interface AsyncEvent { type: string; port?: number; qpn?: number; qp?: QueuePair; srq?: SharedReceiveQueue }
+
+/** Device events and their listeners' arguments: see device.on(). */
+export interface DeviceEvents {
+  /** A device async event (ibv_get_async_event). */
+  async: [event: AsyncEvent]
+  /** A CQ or the device failed; the requests waiting on it were rejected with the same error. */
+  error: [error: RdmaError]
+}
 
 /** ibv_event_type names (IBV_EVENT_*), by value. */
 const ASYNC_EVENTS = [
@@ -115,7 +124,10 @@ export class Device extends Resource {
   readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
   #attributes: DeviceAttributes | undefined
 
-  /** @internal use openDevice() */
+  /** Not constructible: made by openDevice(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(name: string)
   constructor(name: string) {
     super()
     this.name = name
@@ -173,20 +185,18 @@ export class Device extends Resource {
    * ('error': a CQ or the device failed; the requests waiting on it were
    * rejected with the same error).
    */
-  on(event: 'async', listener: (event: AsyncEvent) => void): this
-  on(event: 'error', listener: (error: Error) => void): this
-  on(event: string, listener: (...args: any[]) => void): this {
+  on<E extends keyof DeviceEvents>(event: E, listener: (...args: DeviceEvents[E]) => void): this {
     this.#events.on(event, listener)
     return this
   }
 
-  off(event: string, listener: (...args: any[]) => void): this {
+  off<E extends keyof DeviceEvents>(event: E, listener: (...args: DeviceEvents[E]) => void): this {
     this.#events.off(event, listener)
     return this
   }
 
   /** @internal */
-  emit(event: string, ...args: unknown[]): void {
+  emit<E extends keyof DeviceEvents>(event: E, ...args: DeviceEvents[E]): void {
     if (event === 'error' && this.#events.listenerCount('error') === 0) return
     this.#events.emit(event, ...args)
   }

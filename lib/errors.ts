@@ -27,6 +27,12 @@ export class RdmaError extends Error {
   declare readonly vendorError?: number
   /** For a failed batch post: how many work requests reached the queue. */
   declare readonly posted?: number
+  /** openDevice() with code 'ENODEV': the names of the devices that exist. */
+  declare readonly devices?: string[]
+  /** A failed rdma_cm step (e.g. a rejected connect): the private data the peer sent, if any. */
+  declare readonly privateData?: Buffer
+  /** A failed rdma_cm step: the event's status (for REJECTED, the reject reason). */
+  declare readonly cmStatus?: number
 
   constructor(message: string, details: RdmaErrorDetails) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause })

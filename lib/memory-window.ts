@@ -15,7 +15,10 @@ export class MemoryWindow extends Resource {
   /** @internal A bind of this window is in flight (the next needs its outcome). */
   binding = false
 
-  /** @internal use pd.allocMemoryWindow() */
+  /** Not constructible: made by pd.allocMemoryWindow(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(pd: ProtectionDomain, type: 1 | 2)
   constructor(pd: ProtectionDomain, type: 1 | 2) {
     super()
     this.pd = pd

@@ -69,7 +69,10 @@ export class MemoryRegion extends Resource {
   readonly #jsBacking: ArrayBuffer | undefined
   readonly #memory: NativeMemory | undefined
 
-  /** @internal use pd.registerMemory() */
+  /** Not constructible: made by pd.registerMemory() or pd.allocRegion(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(pd: ProtectionDomain, memory: RegisterableMemory, access: number)
   constructor(pd: ProtectionDomain, memory: RegisterableMemory, access: number) {
     super()
     this.pd = pd
@@ -256,8 +259,8 @@ export class RemoteRegion {
 
 /** A bounds-checked part of a remote region. */
 export class RemoteSlice {
-  readonly addrHi: number
-  readonly addrLo: number
+  /** @internal */ readonly addrHi: number
+  /** @internal */ readonly addrLo: number
   constructor(readonly region: RemoteRegion, readonly offset: number, readonly length: number) {
     const lo = region.addrLo + offset
     this.addrLo = lo % TWO_32

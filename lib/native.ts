@@ -38,7 +38,7 @@ export interface NativeQueuePair {
   readonly qpn: number
   readonly caps: NativeQpCaps
   modify(attrs: Record<string, unknown>): void
-  query(): Record<string, any>
+  query(): Record<string, unknown>
   postSend(words: Uint32Array, count: number): void
   postRecv(words: Uint32Array, count: number): void
   bindMemoryWindow(mw: NativeMemoryWindow, mr: NativeMemoryRegion, address: number, length: number,

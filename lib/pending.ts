@@ -56,6 +56,7 @@ export class Pending {
   #signal: AbortSignal | undefined
   #onAbort: (() => void) | undefined
 
+  /** @internal made by the queues only */
   constructor(
     readonly owner: PendingOwner,
     readonly counter: PendingCounter | undefined,

@@ -21,7 +21,10 @@ export class ProtectionDomain extends Resource {
   readonly device: Device
   #freeSlots: LocalSlice[] = []
 
-  /** @internal use device.allocPd() */
+  /** Not constructible: made by device.allocPd(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(device: Device)
   constructor(device: Device) {
     super()
     this.device = device

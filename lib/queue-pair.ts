@@ -221,7 +221,7 @@ const noResult = (): undefined => undefined
 /** Default options object: lets the hot path skip option parsing. */
 const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
 
-export class QueuePair extends Resource implements PendingOwner {
+export class QueuePair extends Resource {
   protected readonly kind = 'QueuePair'
   /** @internal */ readonly handle: NativeQueuePair
   readonly pd: ProtectionDomain
@@ -251,10 +251,10 @@ export class QueuePair extends Resource implements PendingOwner {
   #maxMessage = 0
   readonly #ledger: QpLedger
 
-  /**
-   * @internal use pd.createQp(). `create` makes the native QP (rdma_cm
-   * connections pass one that uses rdma_create_qp).
-   */
+  /** Not constructible: made by pd.createQp(). */
+  constructor(...notConstructible: never)
+  /** @internal `create` makes the native QP (rdma_cm connections pass one that uses rdma_create_qp). */
+  constructor(pd: ProtectionDomain, options: QueuePairOptions, create?: (nativeOptions: Record<string, unknown>) => NativeQueuePair)
   constructor(pd: ProtectionDomain, options: QueuePairOptions,
     create = (nativeOptions: Record<string, unknown>) => new native.QueuePair(pd.handle, nativeOptions)) {
     super()

@@ -2,10 +2,11 @@
 import { native, type NativeSharedReceiveQueue } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
-import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
+import { abandonAll, allocateWrIds, Pending, type CompletionEntry } from './pending.js'
 import { WorkRequestEncoder } from './work-request-encoding.js'
 import { integer, optionalObject, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
+import type { LocalSlice } from './memory.js'
 import type { CompletionQueue } from './completion-queue.js'
 import { localSges, receiveCompletion, type ReceiveCompletion } from './queue-pair.js'
 
@@ -13,7 +14,7 @@ const encoder = new WorkRequestEncoder()
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
-export class SharedReceiveQueue extends Resource implements PendingOwner, PendingCounter {
+export class SharedReceiveQueue extends Resource {
   protected readonly kind = 'SharedReceiveQueue'
   /** @internal */ readonly handle: NativeSharedReceiveQueue
   readonly pd: ProtectionDomain
@@ -28,7 +29,10 @@ export class SharedReceiveQueue extends Resource implements PendingOwner, Pendin
   /** @internal PendingOwner */
   readonly pendings = new Map<number, Pending>()
 
-  /** @internal use pd.createSrq() */
+  /** Not constructible: made by pd.createSrq(). */
+  constructor(...notConstructible: never)
+  /** @internal */
+  constructor(pd: ProtectionDomain, options?: SharedReceiveQueueOptions)
   constructor(pd: ProtectionDomain, options: SharedReceiveQueueOptions = {}) {
     super()
     const o = optionalObject(options, 'options')
@@ -78,7 +82,7 @@ export class SharedReceiveQueue extends Resource implements PendingOwner, Pendin
   }
 
   /** Posts a receive buffer shared by the attached QPs. */
-  recv(local: unknown, options: WaitOptions = {}): Promise<ReceiveCompletion> {
+  recv(local: LocalSlice | readonly LocalSlice[], options: WaitOptions = {}): Promise<ReceiveCompletion> {
     return new Promise((resolve, reject) => {
       try {
         this.assertOpen()

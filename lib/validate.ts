@@ -49,7 +49,7 @@ export function oneOf<T extends string>(value: unknown, name: string, choices: r
   return value as T
 }
 
-export function instance<T>(value: unknown, name: string, type: abstract new (...args: any[]) => T, typeName = type.name): T {
+export function instance<T>(value: unknown, name: string, type: abstract new (...args: never[]) => T, typeName = type.name): T {
   if (!(value instanceof type)) throw typeError(`a ${typeName}`, name, value)
   return value
 }
