@@ -69,6 +69,8 @@ int QueryGidFromSysfs(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_e
 
 }  // namespace
 
+bool UsesQueryGidEx() { return FindQueryGidEx() != nullptr; }
+
 int QueryGidEntry(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
   if (QueryGidEx query = FindQueryGidEx()) return query(ctx, port, index, entry, 0, sizeof *entry);
   return QueryGidFromSysfs(ctx, port, index, entry);

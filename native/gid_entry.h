@@ -16,4 +16,7 @@ namespace ibv {
 // NODE_IBVERBS_GID_FALLBACK=1 forces that path (tests compare both).
 int QueryGidEntry(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry);
 
+// Whether QueryGidEntry found and uses ibv_query_gid_ex (for a test hook).
+bool UsesQueryGidEx();
+
 }  // namespace ibv

@@ -74,3 +74,21 @@ describe('the floor check', () => {
     expect(out.stdout.split('\n').filter((l) => l.startsWith('ok')).length).toBe(files.length)
   })
 })
+
+describe('ibv_query_gid_ex without IBVERBS_1.11', () => {
+  // The binary does not reference it (the floor check above proves that); it
+  // is looked up at run time. This rdma-core (>= 31) has it, so it is found;
+  // NODE_IBVERBS_GID_FALLBACK=1 selects the ibv_query_gid + sysfs path that
+  // rdma-core 28 gets (test/rdma/96 checks both give the same table).
+  const which = (env: Record<string, string>) => spawnSync(process.execPath, ['-e',
+    `console.log(require(${JSON.stringify(join(root, 'build', 'Release', 'node_ibverbs.node'))}).__testOnlyGidQuery())`],
+  { encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...env } }).stdout.trim()
+
+  it('is found at run time in a libibverbs that has it', () => {
+    expect(which({})).toBe('ibv_query_gid_ex')
+  })
+
+  it('is left out with NODE_IBVERBS_GID_FALLBACK=1', () => {
+    expect(which({ NODE_IBVERBS_GID_FALLBACK: '1' })).toBe('sysfs')
+  })
+})
