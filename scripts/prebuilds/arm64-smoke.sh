@@ -28,8 +28,9 @@ fi
 
 # qemu's -L looks up every path in ROOT first: the arm64 loader, libraries
 # and Node's externalized builtins come from there, the package from here.
-# PREBUILDS_ONLY: skip build/Release (the host's x64 build).
-PREBUILDS_ONLY=1 qemu-aarch64-static -L "$root" "$root/usr/bin/node" -e "
+# PREBUILDS_ONLY: skip build/Release (the host's x64 build). LD_BIND_NOW: resolve
+# every symbol at load (Node loads addons lazily), so a missing one fails here.
+PREBUILDS_ONLY=1 LD_BIND_NOW=1 qemu-aarch64-static -L "$root" "$root/usr/bin/node" -e "
   const path = require('node:path')
   const found = require('node-gyp-build').resolve('.')
   if (path.relative('.', found) !== '$prebuild') throw new Error('node-gyp-build chose ' + found)
