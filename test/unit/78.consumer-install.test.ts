@@ -89,8 +89,10 @@ describe('the packed tarball', () => {
     expect(pkg.exports['./package.json']).toBe('./package.json')
     expect(pkg.engines.node).toBe('>=20.19.0')
     expect(pkg.license).toBe('MIT')
-    // npm runs `prepare` only for a git or local-directory install, never for a tarball from a registry;
-    // `install` must not need the devDependencies.
+    // No `prepare` (it would be listed, and refused, under npm's --strict-allow-scripts, and
+    // would run for git installs); a checkout builds with `npm run build`. `install` needs
+    // no devDependency.
+    expect(pkg.scripts.prepare).toBeUndefined()
     expect(pkg.scripts.install).toBe('node scripts/install.mjs')
   })
 })
