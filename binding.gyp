@@ -17,10 +17,14 @@
         "native/address_handle.cc",
         "native/memory_window.cc",
         "native/cm.cc",
-        "native/test_hooks.cc"
+        "native/test_hooks.cc",
+        "native/errno_names.cc",
+        "native/gid_entry.cc",
+        "native/glibc_floor.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
-      "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED",
+                  "__libc_single_threaded=node_ibverbs_libc_single_threaded"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "cflags_cc!": ["-fno-exceptions"],
       "cflags": ["<!@(pkg-config --cflags libibverbs librdmacm)"],
