@@ -95,7 +95,8 @@ export async function activeRound(conn: Connection, remote: { slice(offset: numb
     control.send({ type: 'done', writeSha: sha256(data), sendShas })
     const verified = await control.expect('verified', timeoutMs * 4)
     problems.push(...(verified.problems as string[]).map((p) => `host 0: ${p}`))
-    const mbps = (ms: number) => Math.round((bytes / 1e6 / (ms / 1000)) * 100) / 100
+    // MiB/s, the unit of perftest's "MB/sec".
+    const mbps = (ms: number) => Math.round((bytes / 1048576 / (ms / 1000)) * 100) / 100
     return { writeMBps: mbps(writeMs), readMBps: mbps(readMs), writeMs, readMs, sendMs, atomicMs, bytesVerified: 2 * bytes + sends * sendSize, problems }
   } finally {
     local.deregister()
