@@ -3,6 +3,7 @@
 // a link flap, the death of the peer process and its restart. Each returns
 // the figures of docs/reliability.md; the tests assert on them.
 import { spawn } from 'node:child_process'
+import { setMaxListeners } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { Access, decodeDescriptors, remoteRegion, type AsyncEvent, type Connection, type QpEndpoint } from '../../../dist/index.js'
 import { pattern } from '../../rdma/helpers.js'
@@ -70,6 +71,7 @@ export async function udLoss(s: Session, lossPct: number, datagrams: number, siz
     const theirs = (await s.control.expect('endpoint')).endpoint as QpEndpoint
     if (role === '0') {
       const stop = new AbortController()
+      setMaxListeners(datagrams + 10, stop.signal) // one listener per receive waiting on it
       const slot = size + 40
       const received = Array.from({ length: datagrams }, (_, i) => qp.recv(buffer.slice(i * slot, slot), { signal: stop.signal, timeoutMs: 600_000 }))
       s.control.send({ type: 'posted' })
