@@ -59,13 +59,13 @@ async function perftestUnder(s: Session, args: string[], port: number): Promise<
       return (await s.control.expect('perftest-result', 900_000)).result
     }
     await s.control.expect('perftest-up')
-    let client: { out: string } | undefined
+    let client: { out: string; code: number | null; signal: string | null } | undefined
     for (let attempt = 0; attempt < 40; attempt++) {
       await new Promise((resolve) => setTimeout(resolve, 500))
       client = await run('ib_write_bw', [...toolArgs, peer], 900_000)
       if (!/Couldn't connect|Unable to init the socket/.test(client!.out)) break
     }
-    const result = parse(client!.out) ?? { failed: client!.out.slice(-400) }
+    const result = parse(client!.out) ?? { failed: `exit ${client!.code} signal ${client!.signal}: ${client!.out.slice(-700)}` }
     s.control.send({ type: 'perftest-result', result })
     return result
   } finally {
