@@ -11,6 +11,7 @@ import { spawn } from 'node:child_process'
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { table } from './faults-table.mjs'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 mkdirSync(join(root, 'bench', 'results'), { recursive: true })
@@ -39,4 +40,5 @@ const out = process.env.FAULTS_FIGURES || join(root, 'bench', 'results', 'faults
 writeFileSync(out, `${JSON.stringify(rows, null, 1)}\n`)
 console.log(`\n== fault campaign: ${rows.length} figure rows (${out}) ==`)
 for (const row of rows) console.log(`host ${row.host} | ${row.fault} | ${JSON.stringify(row, (key, value) => (key === 'host' || key === 'fault' || key === 'lostSeqs' || key === 'settled' ? undefined : value))}`)
+console.log(`\n${table(rows)}`)
 process.exit(code)
