@@ -68,7 +68,7 @@ async function perftestUnder(s: Session, args: string[], port: number): Promise<
       seconds = (performance.now() - start) / 1000
       if (!/Couldn't connect|Unable to init the socket/.test(client!.out)) break
     }
-    // perftest times itself with the CPU's cycle counter, which can read 0 MB/s in a TCG guest:
+    // perftest times itself with the CPU's cycle counter; in the loaded TCG guest it printed 0.00 MB/sec:
     // the wall clock of the whole client run (connection set-up included) is kept next to it.
     const wallMBps = Math.round((BIG / 1048576 / seconds) * 100) / 100
     const result = { ...(parse(client!.out) ?? { failed: `exit ${client!.code} signal ${client!.signal}: ${client!.out.slice(-700)}` }), wallMBps }
