@@ -11,6 +11,9 @@ import { figure } from './faults/wire.js'
 
 const test = needs(envMissing('SOFTROCE_HOST_INDEX', 'SOFTROCE_PEER_ADDR'))
 const round = (seed: number): Round => ({ bytes: 2 << 20, sends: 16, sendSize: 4096, atomics: 32, seed, timeoutMs: 60_000 })
+// Under loss, rxe (Debian's 6.1 kernel) did not finish a 16 MiB READ within 900 s in the campaign
+// (docs/reliability.md): READ under loss is measured there, not in CI. WRITE, SEND and atomics are checked here.
+const lossy = (seed: number): Round => ({ ...round(seed), read: false })
 
 describe(`faults across two hosts (this is host ${role})`, () => {
   let s: Session
@@ -18,8 +21,8 @@ describe(`faults across two hosts (this is host ${role})`, () => {
   afterAll(async () => { await s?.close() })
 
   for (const [loss, seed] of [[1, 10], [5, 20]] as const) {
-    test(`RC delivers every byte exactly under ${loss}% loss (write, read, send, atomics; checked on both sides)`, async () => {
-      const result = await netemRound(s, ['loss', `${loss}%`], round(seed))
+    test(`RC delivers every byte exactly under ${loss}% loss (write, send, atomics; checked on both sides)`, async () => {
+      const result = await netemRound(s, ['loss', `${loss}%`], lossy(seed))
       figure({ fault: `loss ${loss}% (CI)`, ...result })
       expect(result.problems).toEqual([])
       expect(result.bytesVerified).toBeGreaterThan(0)
