@@ -1,0 +1,61 @@
+// Faults on a real wire between two kernels (the CI share of the campaign in
+// test/two-host/31.fault-campaign.ts): 1% and 5% packet loss under every RC
+// verb, a link flap in the middle of a transfer, and the peer process killed
+// with SIGKILL and restarted. Both guests run this file; host 0 is passive.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { envMissing, needs } from '../rdma/needs.js'
+import { linkFlap, netemRound, peerDeath, type DeathResult } from './faults/scenarios.js'
+import { openSession, role, type Session } from './faults/session.js'
+import type { Round } from './faults/verbs-round.js'
+import { figure } from './faults/wire.js'
+
+const test = needs(envMissing('SOFTROCE_HOST_INDEX', 'SOFTROCE_PEER_ADDR'))
+const round = (seed: number): Round => ({ bytes: 2 << 20, sends: 16, sendSize: 4096, atomics: 32, seed, timeoutMs: 60_000 })
+// Under loss, rxe (Debian's 6.1 kernel) did not finish a 16 MiB READ within 900 s in the campaign
+// (docs/reliability.md): READ under loss is measured there, not in CI. WRITE, SEND and atomics are checked here.
+const lossy = (seed: number): Round => ({ ...round(seed), read: false })
+
+describe(`faults across two hosts (this is host ${role})`, () => {
+  let s: Session
+  beforeAll(async () => { if (role) s = await openSession(8 << 20) }, 180_000)
+  afterAll(async () => { await s?.close() })
+
+  for (const [loss, seed] of [[1, 10], [5, 20]] as const) {
+    test(`RC delivers every byte exactly under ${loss}% loss (write, send, atomics; checked on both sides)`, async () => {
+      const result = await netemRound(s, ['loss', `${loss}%`], lossy(seed))
+      figure({ fault: `loss ${loss}% (CI)`, ...result })
+      expect(result.problems).toEqual([])
+      expect(result.bytesVerified).toBeGreaterThan(0)
+    })
+  }
+
+  test('a link flap mid-transfer: PORT_ERR then PORT_ACTIVE, every WRITE settles, a new connection moves verified data', async () => {
+    const result = await linkFlap(s, { chunks: 8, downMs: 1500, timeoutMs: 60_000, round: round(30) })
+    figure({ fault: 'link flap (CI)', ...result })
+    expect(result.wrong, 'WRITEs that resolved but left other bytes').toEqual([])
+    expect(result.after.problems).toEqual([])
+    if ('events' in result && result.events && result.settled) {
+      const types = result.events.map((e) => e.type)
+      expect(types).toContain('PORT_ERR')
+      expect(types.indexOf('PORT_ACTIVE')).toBeGreaterThan(types.indexOf('PORT_ERR'))
+      // Settled, one way or the other: resolved, or rejected with a code (never left pending).
+      for (const r of result.settled) expect(r.ok || typeof r.code === 'string').toBe(true)
+    }
+  })
+
+  test('kill -9 of the peer mid-transfer: every promise settles, counts and fds back to baseline; the restarted peer gets a clean connection', async () => {
+    const result = await peerDeath(s, { how: 'kill', restart: true, timeoutMs: 60_000 })
+    figure({ fault: 'kill -9 + restart (CI)', ...result })
+    expect(result).toBeDefined()
+    const zero = { qp: 0, cq: 0, pd: 0, mr: 0, cm_id: 0, fds: 0 }
+    if (role === '1') {
+      expect(result!.peerAfterKill, 'what the kernel still holds for the killed process').toEqual(zero)
+      return
+    }
+    const death = result as DeathResult
+    expect(death.requests).toBeGreaterThan(death.completed) // the kill did land mid-transfer
+    expect(death.disconnected, "the peer's kernel disconnected the dead process's connection").toBe(true)
+    expect(death.after, 'counts after the dead connection is closed').toEqual(death.before)
+    expect(death.restart).toEqual({ generation: 2, untouched: true, verified: true, afterRestart: death.before })
+  })
+})

@@ -1,0 +1,62 @@
+// The faults themselves (netem on the guest's netdev, a link flap) and what
+// the fault tests measure: the kernel's RDMA object counts, open fds, checksums.
+import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { readdirSync } from 'node:fs'
+
+export const NETDEV = process.env.SOFTROCE_NETDEV || 'eth0'
+
+/** Puts `netem` with these arguments (e.g. ['loss', '5%']) on this guest's egress; the module loads on first use. */
+export function netem(args: string[]): void {
+  execFileSync('tc', ['qdisc', 'replace', 'dev', NETDEV, 'root', 'netem', ...args], { stdio: 'pipe', timeout: 30_000 })
+}
+
+/** Removes any qdisc netem() put there (no error if there was none). */
+export function clearNetem(): void {
+  try { execFileSync('tc', ['qdisc', 'del', 'dev', NETDEV, 'root'], { stdio: 'pipe', timeout: 30_000 }) } catch { /* nothing to remove */ }
+}
+
+/** What tc says is on the netdev now (for the report). */
+export function qdiscShown(): string {
+  return execFileSync('tc', ['qdisc', 'show', 'dev', NETDEV], { encoding: 'utf8', timeout: 30_000 }).trim()
+}
+
+export function setLink(state: 'up' | 'down'): void {
+  execFileSync('ip', ['link', 'set', NETDEV, state], { stdio: 'pipe', timeout: 30_000 })
+}
+
+export type Kind = 'qp' | 'cq' | 'pd' | 'mr' | 'cm_id'
+export type Counts = Record<Kind | 'fds', number>
+
+/** The kernel's RDMA objects of process `pid` (`rdma resource show`), and its open fds. */
+export function counts(pid = process.pid): Counts {
+  const kinds: Kind[] = ['qp', 'cq', 'pd', 'mr', 'cm_id']
+  const out = Object.fromEntries(kinds.map((kind) => {
+    const text = execFileSync('rdma', ['-j', 'resource', 'show', kind], { encoding: 'utf8', timeout: 30_000 })
+    const rows = JSON.parse(text || '[]') as Array<{ pid?: number }>
+    return [kind, rows.filter((row) => row.pid === pid).length]
+  })) as Record<Kind, number>
+  let fds = 0
+  try { fds = readdirSync(`/proc/${pid}/fd`).length } catch { /* the process is gone */ }
+  return { ...out, fds }
+}
+
+export function sha256(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex')
+}
+
+export interface Settled { ok: boolean; code?: string; ms: number }
+
+/** Records how and when `promise` settled (never rejects). */
+export function track(promise: Promise<unknown>): Promise<Settled> {
+  const start = performance.now()
+  return promise.then(
+    () => ({ ok: true, ms: performance.now() - start }),
+    (error: { code?: string; message?: string }) => ({ ok: false, code: error.code ?? error.message ?? String(error), ms: performance.now() - start }),
+  )
+}
+
+/** A line the campaign runner (scripts/faults.mjs) collects into the table of docs/reliability.md. */
+export function figure(row: Record<string, unknown>): void {
+  console.log(`FAULT-FIGURE ${JSON.stringify({ host: process.env.SOFTROCE_HOST_INDEX, ...row })}`)
+}
