@@ -63,7 +63,7 @@ export async function main(argv) {
   const c0 = clients[0]
   const lat = []
   const cas = []
-  for (let i = 0; i < 2000; i++) {
+  for (let i = 0; i < 1000; i++) {
     let t = performance.now()
     await c0.conn.qp.compareAndSwap(c0.remote.slice(8 * (M - 1), 8), 0n, 0n)
     cas.push((performance.now() - t) * 1000)

@@ -31,8 +31,8 @@ describe('the addon', () => {
     expect(Object.keys(api).sort()).toEqual([
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
       'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair',
-      'RdmaError', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
-      'encodeDescriptors', 'listDevices', 'listen', 'openDevice', 'remoteRegion', 'wcStatusNames',
+      'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
+      'decodeWord', 'encodeDescriptors', 'heldWord', 'listDevices', 'listen', 'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 
