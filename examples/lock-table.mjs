@@ -10,6 +10,7 @@
 //
 //   node examples/lock-table.mjs [--clients 8] [--locks 4] [--ops 500] [--kill-holder]
 //        [--lease-ms 2000] [--host H] [--port 0] [--timeout-ms 120000]
+//   --unlocked: the same rounds without taking the locks, to see the check catch lost updates
 //   two hosts:   --role server --clients N ... (on one host), --role clients --host H --port P ... (on the other)
 //
 // --kill-holder first starts a client that takes lock 0 and is then killed
@@ -37,6 +38,7 @@ const { values: v, int } = exampleArgs(usage, {
   locks: { type: 'string', default: '4' },
   ops: { type: 'string', default: '500' },
   'kill-holder': { type: 'boolean', default: false },
+  unlocked: { type: 'boolean', default: false }, // skip the locks: shows the exactness check catching lost updates
   'lease-ms': { type: 'string', default: '2000' },
   host: { type: 'string' },
   port: { type: 'string', default: '0' },
@@ -166,7 +168,14 @@ async function client(id, loaded) {
   }
 
   const started = performance.now()
-  for (let round = 0; round < OPS; round++) {
+  for (let round = 0; round < OPS && v.unlocked; round++) {
+    const lock = random() % t.locks
+    await conn.qp.read(local.slice(0, 8), t.counter(lock))
+    value.setBigUint64(0, value.getBigUint64(0, true) + 1n, true)
+    await conn.qp.write(local.slice(0, 8), t.counter(lock))
+    report.increments[lock]++
+  }
+  for (let round = 0; round < OPS && !v.unlocked; round++) {
     const lock = random() % t.locks
     const before = performance.now()
     const grant = await locks.acquire(lock, { timeoutMs: ACQUIRE_TIMEOUT_MS })
@@ -217,7 +226,7 @@ async function connectRetrying(host, port) {
 
 /** Spawns one child of this program; resolves with its exit, rejects on failure. */
 function child(args, onLine = () => {}) {
-  const pass = ['--lease-ms', String(LEASE_MS), '--timeout-ms', String(TIMEOUT_MS), '--acquire-timeout-ms', String(ACQUIRE_TIMEOUT_MS), '--seed', v.seed]
+  const pass = [...(v.unlocked ? ['--unlocked'] : []), '--lease-ms', String(LEASE_MS), '--timeout-ms', String(TIMEOUT_MS), '--acquire-timeout-ms', String(ACQUIRE_TIMEOUT_MS), '--seed', v.seed]
   const proc = spawn(process.execPath, [self, ...args, ...pass], { stdio: ['ignore', 'pipe', 'inherit'] })
   createInterface({ input: proc.stdout }).on('line', (line) => { onLine(line, proc); if (!line.startsWith('holding ')) console.log(line) })
   const exited = new Promise((resolve) => proc.on('close', (code, signal) => resolve({ code, signal })))
