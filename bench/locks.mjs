@@ -33,9 +33,11 @@ export async function main(argv) {
   const log = (s) => process.stderr.write(s + '\n')
 
   // perftest first: the reference in this boot.
-  const atomicBw = await perftest({ test: 'atomic_cas_bw', size: 8, iters: 20000, txDepth: 128, device: deviceName, gidIndex, addr: process.env.SOFTROCE_ADDR || '127.0.0.1' })
-  log(`ib_atomic_bw CAS: ${atomicBw.mpps} Mpps`)
-  const atomicLat = await perftestLat(run, deviceName, gidIndex)
+  // A failed perftest run (e.g. its 60 s limit on a busy machine) leaves its column empty, not the whole benchmark.
+  const atomicBw = await perftest({ test: 'atomic_cas_bw', size: 8, iters: 3000, txDepth: 128, device: deviceName, gidIndex, addr: process.env.SOFTROCE_ADDR || '127.0.0.1' })
+    .catch((e) => { log(`ib_atomic_bw failed: ${String(e.message).split('\n')[0]}`); return undefined })
+  log(`ib_atomic_bw CAS: ${atomicBw?.mpps} Mpps`)
+  const atomicLat = await perftestLat(run, deviceName, gidIndex).catch(() => undefined)
   log(`ib_atomic_lat CAS: typical ${atomicLat?.tTypical} µs`)
 
   // The table: 64 lock words, 64 counters, 64 records (fence, counter) in one region.
@@ -124,7 +126,8 @@ export async function main(argv) {
   out.push(`| clients | acquire+release/s (own lock each) | atomics/s | ib_atomic_bw CAS msg/s | ratio | rounds/s on 4 shared locks |`)
   out.push('|---:|---:|---:|---:|---:|---:|')
   for (const r of rows) {
-    out.push(`| ${r.n} | ${f(r.pairs)} | ${f(3 * r.pairs)} | ${f(atomicBw.mpps * 1e6)} | ${f((3 * r.pairs) / (atomicBw.mpps * 1e6), 3)} | ${f(r.rounds)} |`)
+    const ref = atomicBw ? atomicBw.mpps * 1e6 : NaN
+    out.push(`| ${r.n} | ${f(r.pairs)} | ${f(3 * r.pairs)} | ${atomicBw ? f(ref) : '–'} | ${atomicBw ? f((3 * r.pairs) / ref, 3) : '–'} | ${f(r.rounds)} |`)
   }
   out.push('')
   out.push(`Rounds check: ${counted} increments counted on the 4 shared locks (${expected} rounds measured, rounded per point).`)
@@ -139,7 +142,7 @@ export async function main(argv) {
 async function perftestLat(run, device, gidIndex) {
   const { parse } = await import('./perftest.mjs')
   const port = String(19515 + Math.floor(Math.random() * 1000))
-  const args = ['-A', 'CMP_AND_SWAP', '-d', device, '-x', String(gidIndex), '-F', '-p', port, '-n', '2000']
+  const args = ['-A', 'CMP_AND_SWAP', '-d', device, '-x', String(gidIndex), '-F', '-p', port, '-n', '1000']
   const server = run('ib_atomic_lat', args, 60_000)
   let client
   for (let attempt = 0; attempt < 20; attempt++) {
