@@ -212,13 +212,13 @@ async function client(id, loaded) {
   local.deregister()
 }
 
-/** Connects, retrying a refused connection for a minute: on two hosts the server may still be starting. */
+/** Connects, retrying a refused or timed-out connection: on two hosts the server may still be starting. */
 async function connectRetrying(host, port) {
   for (let attempt = 0; ; attempt++) {
     try {
       return await connect({ host, port, timeoutMs: 60_000 })
     } catch (error) {
-      if (error.code !== 'ECONNREFUSED' || attempt >= 120) throw error
+      if (!(error.code === 'ECONNREFUSED' && attempt < 120) && !(error.code === 'ETIMEDOUT' && attempt < 3)) throw error
       await new Promise((resolve) => setTimeout(resolve, 500))
     }
   }
