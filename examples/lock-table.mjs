@@ -100,7 +100,14 @@ async function serve({ clients, onListening }) {
     for (;;) {
       const request = await listener.accept()
       if (!request) return
-      const conn = await request.accept({ privateData: encodeDescriptors([table.describe()]), receiveJson: true })
+      // One failed accept (a client that gave up, a slow guest) must not take the server down: that client fails instead.
+      let conn
+      try {
+        conn = await request.accept({ privateData: encodeDescriptors([table.describe()]), receiveJson: true, timeoutMs: 60_000 })
+      } catch (error) {
+        console.error(`lock-table server: accept failed: ${error.code} ${error.message}`)
+        continue
+      }
       connections.push(conn)
       // The only message a client sends is its report at the end (a killed holder sends none).
       conn.receiveJson().then((report) => {
