@@ -261,6 +261,8 @@ async function hasDevice() {
 
 async function main() {
   const argv = process.argv.slice(2)
+  // `npm run bench -- locks`: the lock-table benchmark (bench/locks.mjs).
+  if (argv[0] === 'locks') return (await import('./locks.mjs')).main(argv.slice(1))
   const opts = parseArgs(argv)
   if (opts.fromLog) {
     const results = extract(readFileSync(opts.fromLog, 'utf8'))

@@ -1,0 +1,214 @@
+// A client of a remote lock table that lives in another process's registered
+// memory, driven only by one-sided atomics (the table's CPU never runs):
+// acquire = CAS(0 -> owner|epoch) with bounded exponential backoff, release =
+// CAS back to 0, a lease lets a waiter steal a lock whose holder went silent
+// (CAS on the exact stale value), and a fencing token from FETCH_ADD on a
+// per-lock counter lets the data side refuse a holder that lost its lease.
+// See docs/locks.md for the protocol and what one-sided operations cannot enforce.
+import { randomInt } from 'node:crypto'
+import { RdmaError } from '../errors.js'
+import { RemoteSlice } from '../memory.js'
+import type { QueuePair } from '../queue-pair.js'
+import { instance, integer, object, optionalInteger, typeError } from '../validate.js'
+import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
+
+export interface RemoteLockTableOptions {
+  /** The lock words: 8 bytes per lock, 8-byte aligned, registered with remote atomic access. */
+  locks: RemoteSlice
+  /** One 8-byte fencing counter per lock (same length as `locks`), starting at 0. */
+  tokens: RemoteSlice
+  /** This client's id, 1..65535, unique among the table's clients. */
+  owner: number
+  /** How long a grant lasts without renew() (default 2000 ms). */
+  leaseMs?: number
+  /** What a waiter adds to the lease before it steals: covers clock-rate differences (default leaseMs / 2). */
+  graceMs?: number
+  /** Cap of the exponential backoff between attempts (default 16 ms). */
+  maxBackoffMs?: number
+}
+
+export interface LockWaitOptions {
+  /** Give up with ERR_LOCK_TIMEOUT after this long (default 10000 ms). */
+  timeoutMs?: number
+  signal?: AbortSignal
+}
+
+/** A held lock. Valid until `leaseEndsAt` (performance.now() time), unless renewed. */
+export interface LockGrant {
+  readonly lock: number
+  /** The value this holder put in the lock word (owner | epoch). */
+  readonly word: bigint
+  /** Fencing token: larger than the token of every earlier holder of this lock that kept its lease. */
+  readonly token: bigint
+  /** performance.now() after which this holder must no longer write protected data. */
+  readonly leaseEndsAt: number
+  /** The stale lock word this grant replaced, when the lock was stolen from a holder whose lease ran out. */
+  readonly stolenFrom: bigint | undefined
+  /** CAS attempts this acquisition took. */
+  readonly attempts: number
+}
+
+const DEFAULT_TIMEOUT = 10_000
+
+export class RemoteLockTable {
+  readonly qp: QueuePair
+  readonly owner: number
+  readonly size: number
+  readonly leaseMs: number
+  readonly graceMs: number
+  readonly maxBackoffMs: number
+  readonly #locks: RemoteSlice
+  readonly #tokens: RemoteSlice
+  /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
+  #epoch = BigInt(randomInt(1, 2 ** 40))
+
+  constructor(qp: QueuePair, options: RemoteLockTableOptions) {
+    if (typeof (qp as { compareAndSwap?: unknown })?.compareAndSwap !== 'function') throw typeError('a QueuePair', 'qp', qp)
+    const o = object(options, 'options')
+    const locks = instance(o.locks, 'options.locks', RemoteSlice)
+    const tokens = instance(o.tokens, 'options.tokens', RemoteSlice)
+    for (const [name, slice] of [['options.locks', locks], ['options.tokens', tokens]] as const) {
+      if (slice.length === 0 || slice.length % 8 !== 0) throw typeError('a non-empty multiple of 8 bytes', `${name}.length`, slice.length)
+      if (slice.addrLo % 8 !== 0) throw typeError('an 8-byte aligned remote address', name, slice.addr)
+    }
+    if (tokens.length !== locks.length) throw typeError(`${locks.length} bytes (one counter per lock)`, 'options.tokens.length', tokens.length)
+    this.qp = qp
+    this.owner = integer(o.owner, 'options.owner', 1, MAX_OWNER)
+    this.size = locks.length / 8
+    this.leaseMs = optionalInteger(o.leaseMs, 'options.leaseMs', 1, 2 ** 31 - 1, 2000)
+    this.graceMs = optionalInteger(o.graceMs, 'options.graceMs', 0, 2 ** 31 - 1, Math.ceil(this.leaseMs / 2))
+    this.maxBackoffMs = optionalInteger(o.maxBackoffMs, 'options.maxBackoffMs', 1, 60_000, 16)
+    this.#locks = locks
+    this.#tokens = tokens
+  }
+
+  /** The remote lock word of lock `lock`. */
+  lockWord(lock: number): RemoteSlice {
+    integer(lock, 'lock', 0, this.size - 1)
+    return this.#locks.region.slice(this.#locks.offset + lock * 8, 8)
+  }
+
+  /**
+   * Takes lock `lock`: CAS(0 -> owner|epoch) until it succeeds, backing off
+   * exponentially (capped at maxBackoffMs). A lock word that stays the same
+   * for leaseMs + graceMs of this client's clock belongs to a holder whose
+   * lease ran out: it is stolen with a CAS on that exact value. Then a
+   * FETCH_ADD on the lock's counter gives the fencing token. Rejects with
+   * ERR_LOCK_TIMEOUT after timeoutMs (ABORT_ERR on abort); never waits forever.
+   */
+  async acquire(lock: number, options: LockWaitOptions = {}): Promise<LockGrant> {
+    const slot = this.lockWord(lock)
+    const { deadline, signal, timeoutMs } = waitFor(options)
+    let expect = FREE
+    let seen = FREE
+    let seenSince = 0
+    for (let attempt = 1; ; attempt++) {
+      if (signal?.aborted) throw new RdmaError(`acquire of lock ${lock} was aborted`, { code: 'ABORT_ERR', verb: 'acquire', cause: signal.reason })
+      if (attempt > 1 && performance.now() >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
+      this.#epoch = nextEpoch(this.#epoch)
+      const word = heldWord(this.owner, this.#epoch)
+      // The lease starts before the CAS is posted: a waiter can only see our word later than this.
+      const leaseStart = performance.now()
+      const before = await this.qp.compareAndSwap(slot, expect, word, { timeoutMs: remaining(deadline) })
+      if (before === expect) {
+        const token = (await this.qp.fetchAndAdd(this.#tokenWord(lock), 1n, { timeoutMs: remaining(deadline) })) + 1n
+        const grant: LockGrant = { lock, word, token, leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: expect === FREE ? undefined : expect, attempts: attempt }
+        // A token taken after the lease ran out may be newer than a thief's: give the lock back and try again.
+        if (performance.now() < grant.leaseEndsAt) return grant
+        await this.release(grant).catch(() => {})
+        expect = FREE
+        continue
+      }
+      expect = FREE
+      if (before !== FREE) {
+        const now = performance.now()
+        // The waiter's clock starts when it has seen the value (after the holder's lease started).
+        if (before !== seen) { seen = before; seenSince = now }
+        else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
+      }
+      const delay = before === FREE ? 0 : backoffMs(attempt - 1, this.maxBackoffMs)
+      if (performance.now() + delay >= deadline) throw timedOut(lock, timeoutMs, attempt, before)
+      await sleep(delay)
+    }
+  }
+
+  /** Gives the lock back: CAS(word -> 0). ERR_LOCK_LOST if the word is no longer ours (the lease ran out and it was stolen). */
+  async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
+    const before = await this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, FREE, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+    if (before !== grant.word) throw lost(grant, before, 'release')
+  }
+
+  /** Extends the lease: CAS(word -> owner|next epoch), which restarts every waiter's count. Same token. */
+  async renew(grant: LockGrant, options: LockWaitOptions = {}): Promise<LockGrant> {
+    this.#epoch = nextEpoch(this.#epoch)
+    const word = heldWord(this.owner, this.#epoch)
+    const leaseStart = performance.now()
+    if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
+    const before = await this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, word, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+    if (before !== grant.word) throw lost(grant, before, 'renew')
+    return { ...grant, word, leaseEndsAt: leaseStart + this.leaseMs }
+  }
+
+  /** Milliseconds of lease left (negative once it has run out). */
+  leaseLeftMs(grant: LockGrant): number {
+    return grant.leaseEndsAt - performance.now()
+  }
+
+  /** Throws ERR_LOCK_LEASE_EXPIRED unless at least `marginMs` of the lease is left: call before each protected write. */
+  checkLease(grant: LockGrant, marginMs = 0): void {
+    if (this.leaseLeftMs(grant) < marginMs) throw leaseExpired(grant)
+  }
+
+  /**
+   * Installs `token` in a fence word on the data side (8 bytes, starts at 0):
+   * CAS it up from whatever smaller token is there. Rejects with
+   * ERR_LOCK_FENCED if a larger token is already installed, that is, if a
+   * newer holder has fenced this data: the caller is a zombie and must not
+   * write. The NIC does the comparison; see docs/locks.md for what it covers.
+   */
+  async fence(token: bigint, fenceWord: RemoteSlice, options: LockWaitOptions = {}): Promise<void> {
+    if (typeof token !== 'bigint' || token < 1n) throw typeError('a fencing token (bigint >= 1)', 'token', token)
+    instance(fenceWord, 'fenceWord', RemoteSlice)
+    let expect = 0n
+    // Installed values only grow, so each retry sees a larger one: at most one retry per newer install.
+    for (;;) {
+      const before = await this.qp.compareAndSwap(fenceWord, expect, token, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+      if (before === expect || before === token) return
+      if (before > token) {
+        throw new RdmaError(`fencing token ${token} refused: the data is fenced by token ${before}`, { code: 'ERR_LOCK_FENCED', verb: 'fence' })
+      }
+      expect = before
+    }
+  }
+
+  #tokenWord(lock: number): RemoteSlice {
+    return this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
+  }
+}
+
+function waitFor(options: LockWaitOptions): { deadline: number; signal: AbortSignal | undefined; timeoutMs: number } {
+  const o = object(options, 'options')
+  const timeoutMs = optionalInteger(o.timeoutMs, 'options.timeoutMs', 0, 2 ** 31 - 1, DEFAULT_TIMEOUT)
+  const signal = o.signal === undefined ? undefined : instance(o.signal, 'options.signal', AbortSignal)
+  return { deadline: performance.now() + timeoutMs, signal, timeoutMs }
+}
+
+/** Milliseconds to the deadline, at least 1 (an atomic in flight at the deadline still gets a bounded wait). */
+const remaining = (deadline: number): number => Math.max(1, Math.ceil(deadline - performance.now()))
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => ms <= 0 ? setImmediate(resolve) : setTimeout(resolve, ms))
+
+function timedOut(lock: number, timeoutMs: number, attempts: number, word: bigint): RdmaError {
+  const holder = decodeWord(word)
+  return new RdmaError(`acquire of lock ${lock} timed out after ${timeoutMs} ms (${attempts} attempts; last seen held by ${holder ? `owner ${holder.owner}` : 'nobody'})`,
+    { code: 'ERR_LOCK_TIMEOUT', verb: 'acquire' })
+}
+
+function lost(grant: LockGrant, found: bigint, verb: string): RdmaError {
+  const holder = decodeWord(found)
+  return new RdmaError(`${verb}: lock ${grant.lock} is no longer held by this grant (found ${holder ? `owner ${holder.owner}` : 'free'}): its lease ran out`,
+    { code: 'ERR_LOCK_LOST', verb })
+}
+
+function leaseExpired(grant: LockGrant): RdmaError {
+  return new RdmaError(`the lease on lock ${grant.lock} (token ${grant.token}) has run out`, { code: 'ERR_LOCK_LEASE_EXPIRED', verb: 'checkLease' })
+}

@@ -1,0 +1,148 @@
+// A lock table on one-sided atomics (lib/locks, examples/lock-table.mjs):
+// exclusion checked exactly (every protected counter equals the increments
+// made under its lock), a holder killed with SIGKILL whose lock is stolen
+// after its lease and whose fencing token is refused when replayed, and the
+// client's coded errors, all against the real device.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { RemoteLockTable, decodeWord, type Device } from '../../dist/index.js'
+import { connectedPair, setU64, testDevice, u64 } from './helpers.js'
+
+const example = fileURLToPath(new URL('../../examples/lock-table.mjs', import.meta.url))
+// 8 clients x 500 rounds takes ~15 min in the emulated guest: CI runs 8 x 40; NODE_IBVERBS_LOCK_ROUNDS=500 runs the full campaign.
+const ROUNDS = Number(process.env.NODE_IBVERBS_LOCK_ROUNDS || 40)
+
+/** Runs the example to its end (killed after timeoutMs): exit code and stdout. */
+function runExample(args: string[], timeoutMs: number): Promise<{ code: number | null; signal: string | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [example, ...args, '--timeout-ms', String(timeoutMs - 5000)], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    let err = ''
+    child.stdout.on('data', (d) => { out += d })
+    child.stderr.on('data', (d) => { err += d })
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+    child.on('close', (code, signal) => { clearTimeout(timer); resolve({ code, signal, out, err }) })
+  })
+}
+
+/** The server's per-lock lines: increments the clients made under each lock, and the counter found. */
+function exactness(out: string): Array<{ expected: number; counted: number }> {
+  return [...out.matchAll(/^lock \d+: expected (\d+) increments, counted (\d+)/gm)].map((m) => ({ expected: Number(m[1]), counted: Number(m[2]) }))
+}
+
+describe('lock table (examples/lock-table.mjs: server and client processes over rdma_cm)', () => {
+  it(`exclusion: 8 clients x ${ROUNDS} rounds on 4 locks, every counter equals the increments made under its lock`, async () => {
+    // 8 clients with their own connections and owner ids, in 2 processes: Node takes tens of seconds to start in the guest.
+    const run = await runExample(['--clients', '8', '--processes', '2', '--locks', '4', '--ops', String(ROUNDS), '--lease-ms', '5000'], 600_000)
+    expect(run.err).toBe('')
+    const locks = exactness(run.out)
+    expect(locks).toHaveLength(4)
+    for (const lock of locks) expect(lock.counted).toBe(lock.expected)
+    expect(locks.reduce((sum, l) => sum + l.expected, 0)).toBe(8 * ROUNDS)
+    // Steals are allowed (a client starved for longer than its lease loses the lock, by design); exactness is what must hold.
+    expect(run.out).toMatch(/lock-table: OK/)
+    expect(run.code).toBe(0)
+  }, 620_000)
+
+  it('holder dies: a SIGKILLed holder\'s lock is stolen after its lease, its replayed token and release are refused', async () => {
+    const run = await runExample(['--kill-holder', '--clients', '2', '--processes', '1', '--locks', '2', '--ops', '10', '--lease-ms', '1500'], 400_000)
+    expect(run.err).toBe('')
+    expect(run.out).toMatch(/holder \(client 3\) killed with SIGKILL while holding lock 0/)
+    expect(run.out).toMatch(/dead holder's word was stolen; replayed fence: ERR_LOCK_FENCED; replayed release: ERR_LOCK_LOST/)
+    for (const lock of exactness(run.out)) expect(lock.counted).toBe(lock.expected)
+    expect(run.out).toMatch(/lock-table: OK/)
+    expect(run.code).toBe(0)
+  }, 420_000)
+})
+
+describe('RemoteLockTable', () => {
+  let device: Device
+  beforeAll(() => { device = testDevice() })
+  afterAll(() => device?.close())
+
+  // Layout in b's region: 2 lock words at 0, 2 counters at 16, a fence word at 32.
+  async function table() {
+    const pair = await connectedPair(device, { size: 4096 })
+    const remote = pair.b.region.asRemote()
+    const make = (owner: number, leaseMs = 60_000) => new RemoteLockTable(pair.a.qp, { locks: remote.slice(0, 16), tokens: remote.slice(16, 16), owner, leaseMs, graceMs: 0 })
+    return { pair, remote, make }
+  }
+
+  it('acquire writes owner|epoch, takes a token from the counter, release frees the word', async () => {
+    const { pair, make } = await table()
+    try {
+      const locks = make(7)
+      const grant = await locks.acquire(1)
+      expect(u64(pair.b.region, 8)).toBe(grant.word)
+      expect(decodeWord(grant.word)?.owner).toBe(7)
+      expect(grant.token).toBe(1n)
+      expect(u64(pair.b.region, 24)).toBe(1n)
+      await locks.release(grant)
+      expect(u64(pair.b.region, 8)).toBe(0n)
+      expect((await locks.acquire(1)).token).toBe(2n)
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('a held lock: a second client gives up with ERR_LOCK_TIMEOUT (bounded), then steals after the lease', async () => {
+    const { pair, make } = await table()
+    try {
+      const holder = make(1, 300)
+      const grant = await holder.acquire(0)
+      // A waiter with a long lease cannot steal within its 100 ms: it must give up, coded.
+      await expect(make(2, 60_000).acquire(0, { timeoutMs: 100 })).rejects.toMatchObject({ code: 'ERR_LOCK_TIMEOUT' })
+      const waiter = make(2, 300)
+      const stolen = await waiter.acquire(0, { timeoutMs: 20_000 })
+      expect(stolen.stolenFrom).toBe(grant.word)
+      expect(stolen.token).toBeGreaterThan(grant.token)
+      // The old holder finds out: its release and renew are refused, the lock word is untouched.
+      await expect(holder.release(grant)).rejects.toMatchObject({ code: 'ERR_LOCK_LOST' })
+      expect(u64(pair.b.region, 0)).toBe(stolen.word)
+      expect(() => holder.checkLease(grant)).toThrow(expect.objectContaining({ code: 'ERR_LOCK_LEASE_EXPIRED' }))
+      await waiter.release(stolen)
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('fence: a token installs over smaller ones, a smaller token is refused with ERR_LOCK_FENCED by the CAS', async () => {
+    const { pair, remote, make } = await table()
+    try {
+      const locks = make(3)
+      const fence = remote.slice(32, 8)
+      await locks.fence(5n, fence)
+      expect(u64(pair.b.region, 32)).toBe(5n)
+      await locks.fence(5n, fence) // the same holder again: fine
+      await locks.fence(9n, fence)
+      await expect(locks.fence(6n, fence)).rejects.toMatchObject({ code: 'ERR_LOCK_FENCED' })
+      expect(u64(pair.b.region, 32)).toBe(9n)
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('renew changes the word (restarting waiters\' count) and keeps the token; abort and bad arguments are coded', async () => {
+    const { pair, remote, make } = await table()
+    try {
+      const locks = make(4)
+      const grant = await locks.acquire(0)
+      const renewed = await locks.renew(grant)
+      expect(renewed.word).not.toBe(grant.word)
+      expect(renewed.token).toBe(grant.token)
+      expect(u64(pair.b.region, 0)).toBe(renewed.word)
+      await expect(locks.release(grant)).rejects.toMatchObject({ code: 'ERR_LOCK_LOST' })
+      const controller = new AbortController()
+      controller.abort()
+      await expect(make(5).acquire(0, { signal: controller.signal })).rejects.toMatchObject({ code: 'ABORT_ERR' })
+      await locks.release(renewed)
+      setU64(pair.b.region, 0, 0n)
+      expect(() => make(0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
+      expect(() => new RemoteLockTable(pair.a.qp, { locks: remote.slice(4, 8), tokens: remote.slice(16, 8), owner: 1 })).toThrow(/aligned/)
+      expect(() => locks.lockWord(2)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
+    } finally {
+      pair.close()
+    }
+  })
+})
