@@ -17,7 +17,8 @@
         "native/address_handle.cc",
         "native/memory_window.cc",
         "native/cm.cc",
-        "native/test_hooks.cc"
+        "native/test_hooks.cc",
+        "native/fork.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

@@ -32,7 +32,7 @@ describe('the addon', () => {
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
       'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair',
       'RdmaError', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
-      'encodeDescriptors', 'listDevices', 'listen', 'openDevice', 'remoteRegion', 'wcStatusNames',
+      'enableForkSupport', 'encodeDescriptors', 'forkSupport', 'listDevices', 'listen', 'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 
