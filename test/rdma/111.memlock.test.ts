@@ -14,7 +14,7 @@ function runChild(dropIpcLock: boolean): Promise<Record<string, any>> {
   const drop = dropIpcLock ? ['setpriv', '--inh-caps=-ipc_lock', '--bounding-set=-ipc_lock'] : []
   const argv = [...drop, 'prlimit', `--memlock=${LIMIT}:${LIMIT}`, process.execPath, child, String(1 << 20)]
   return new Promise((resolve, reject) => {
-    execFile(argv[0], argv.slice(1), { timeout: 60_000, encoding: 'utf8' }, (error, stdout, stderr) => {
+    execFile(argv[0], argv.slice(1), { timeout: 240_000, encoding: 'utf8' }, (error, stdout, stderr) => {
       if (error) return reject(new Error(`${argv.join(' ')} failed: ${error.message}\n${stderr}`))
       try { resolve(JSON.parse(stdout.trim().split('\n').pop()!)) } catch { reject(new Error(`no result line: ${stdout}\n${stderr}`)) }
     })
@@ -32,10 +32,10 @@ describe('RLIMIT_MEMLOCK of 64 KiB', () => {
       expect(failure.message).toContain('CAP_IPC_LOCK')
     }
     expect(result.stillWorks).toBeNull() // a refusal leaves the PD usable
-  }, 120_000)
+  }, 300_000)
 
   it('with CAP_IPC_LOCK (root) the limit does not apply: the same registrations succeed', async () => {
     const result = await runChild(false)
     expect(result).toMatchObject({ copied: true, allocRegion: null, registerMemory: null, stillWorks: null })
-  }, 120_000)
+  }, 300_000)
 })

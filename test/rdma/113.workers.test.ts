@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest'
 import { Worker } from 'node:worker_threads'
 import { fileURLToPath } from 'node:url'
 import { readdirSync } from 'node:fs'
-import { countAll } from './resources.js'
+import { execFileSync } from 'node:child_process'
 
 const script = fileURLToPath(new URL('./fixtures/verbs-worker.mjs', import.meta.url))
 
@@ -24,6 +24,16 @@ function message<T>(worker: Worker, ms = 120_000): Promise<T> {
 }
 
 const fds = () => readdirSync('/proc/self/fd').length
+
+/**
+ * The kernel's objects on every RDMA device, whoever owns them: the kernel
+ * names an object's owner by the creating thread's id, and a worker's thread
+ * (and its id) is gone once it is terminated, so counting by pid would miss them.
+ */
+function countAll(): Record<'qp' | 'cq' | 'pd' | 'mr', number> {
+  const count = (kind: string) => (JSON.parse(execFileSync('rdma', ['-j', 'resource', 'show', kind], { encoding: 'utf8', timeout: 30_000 }) || '[]') as unknown[]).length
+  return { qp: count('qp'), cq: count('cq'), pd: count('pd'), mr: count('mr') }
+}
 
 /** Polls until `read()` equals `want` (cleanup after terminate() runs on the worker's thread, soon after). */
 async function settlesTo<T>(read: () => T, want: T, ms = 30_000): Promise<T> {

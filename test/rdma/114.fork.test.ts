@@ -25,7 +25,7 @@ const kernelCopiesPinnedPages = major > 5 || (major === 5 && minor >= 13)
 function shellFds(): Promise<string[]> {
   return new Promise((resolve, reject) => {
     // The shell's own descriptors, as it inherited them.
-    execFile('sh', ['-c', 'for f in /proc/$$/fd/*; do readlink "$f"; done'], { timeout: 30_000 }, (error, stdout) => {
+    execFile('sh', ['-c', 'for f in /proc/$$/fd/*; do readlink "$f"; done; true'], { timeout: 120_000 }, (error, stdout) => {
       if (error) reject(error)
       else resolve(stdout.split('\n').filter(Boolean))
     })
@@ -34,7 +34,7 @@ function shellFds(): Promise<string[]> {
 
 function nodeChild(): Promise<{ inherited: string[]; ok: boolean }> {
   return new Promise((resolve, reject) => {
-    const c = fork(child, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], timeout: 120_000 })
+    const c = fork(child, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], timeout: 240_000 })
     let result: { inherited: string[]; ok: boolean } | undefined
     c.once('message', (m) => { result = m as typeof result })
     c.once('error', reject)
@@ -54,12 +54,13 @@ describe('fork() with registered memory', () => {
 
   it('spawned shells and forked Node children run while RDMA traffic flows: every byte arrives, no RDMA fd is inherited', async () => {
     const { a, b, close } = await connectedPair(device, { size: 1 << 20 })
+    let stop = false
+    let traffic: Promise<void> = Promise.resolve()
     try {
       let rounds = 0
-      let stop = false
       // Traffic: the parent writes with the CPU into registered pages, the
       // device reads them (RDMA write to b) and writes them back (RDMA read).
-      const traffic = (async () => {
+      traffic = (async () => {
         while (!stop) {
           const length = randomInt(1, 65537)
           const offset = randomInt(0, (1 << 19) - length)
@@ -88,6 +89,8 @@ describe('fork() with registered memory', () => {
       await a.qp.read(a.region.slice(1 << 19, 1 << 19), b.region.asRemote().slice(1 << 19, 1 << 19), bounded)
       expect(Buffer.compare(a.region.bytes.subarray(1 << 19), b.region.bytes.subarray(1 << 19))).toBe(0)
     } finally {
+      stop = true
+      await traffic.catch(() => {}) // its failure, if any, was reported above
       close()
     }
   }, 300_000)

@@ -113,11 +113,11 @@ describe('10,000 random rkeys aimed at a peer', () => {
     regions.forEach((region, i) => expect(Buffer.compare(region.bytes, originals[i]), `region ${i}`).toBe(0))
   }, 300_000)
 
-  it('over RC each one is refused with REM_ACCESS_ERR (300 of them: each kills the QPs, which are reconnected)', async () => {
+  it('over RC each one is refused with REM_ACCESS_ERR (100 of them: each kills the QPs, which are reconnected)', async () => {
     const { a, b } = await pair()
     const original = filled(b.region, 2000)
     a.region.bytes.set(pattern(65536, 98))
-    for (let i = 0; i < 300; i++) {
+    for (let i = 0; i < 100; i++) {
       let rkey: number
       do rkey = randomInt(0, 2 ** 32 - 1) >>> 0; while (rkey === b.region.rkey)
       const remote = new RemoteRegion(BigInt(b.region.address), rkey, b.region.length)
