@@ -50,7 +50,7 @@ describe('worker threads', () => {
   it('four workers move verified data at once, then leave nothing behind', async () => {
     const before = countAll()
     const fdsBefore = fds()
-    const workers = [0, 1, 2, 3].map(() => start({ mode: 'verify', rounds: 60 }))
+    const workers = [0, 1, 2, 3].map(() => start({ mode: 'verify', rounds: 20 }))
     const results = await Promise.all(workers.map((w) => message<{ ok: boolean; bytes: number }>(w)))
     await Promise.all(workers.map((w) => new Promise((resolve) => w.once('exit', resolve))))
     for (const r of results) expect(r).toMatchObject({ ok: true, bytes: expect.any(Number) })
