@@ -38,6 +38,7 @@ export function kernelCounts() {
 function sample(startedAt, totals) {
   globalThis.gc?.() // RSS after a collection: garbage is not a leak
   return {
+    at: startedAt,
     seconds: Math.round((Date.now() - startedAt) / 1000),
     rssMiB: Math.round(process.memoryUsage().rss / (1 << 20) * 10) / 10,
     fds: readdirSync('/proc/self/fd').length,
@@ -78,6 +79,7 @@ async function drive(me, peer, deadline, totals, bounded) {
       totals.bytes += length // the write before it
     } else if (op === 'send') {
       const received = peer.qp.recv(peer.region.slice(INCOMING + offset, length), bounded)
+      received.catch(() => {}) // awaited below; if the send fails first, its timeout must not go unhandled
       await me.qp.send(me.region.slice(SOURCE + offset, length), bounded)
       const wc = await received
       check(wc.byteLength === length && landed(peer.region, INCOMING + offset), `send of ${length} bytes: ${wc.byteLength} arrived, or other bytes`)
@@ -147,10 +149,16 @@ export async function soak({ seconds = 60, interval = 15, pairs = 8, rssSlackMiB
         const s = sample(t0, totals)
         samples.push(s)
         log(`[soak] t=${s.seconds}s rss=${s.rssMiB}MiB fds=${s.fds} qp=${s.qp} cq=${s.cq} pd=${s.pd} mr=${s.mr} ops=${s.ops} bytesVerified=${s.bytesVerified}`)
-        if (next + interval * 1000 > deadline) return
+        if (next + interval * 1000 >= deadline) return
       }
     })()
     await Promise.all([...loops, sampler])
+    // The end state, after the last operation, is the sample that matters most.
+    if (!totals.error && samples.length > 0) {
+      const s = sample(samples[0].at, totals)
+      samples.push(s)
+      log(`[soak] end t=${s.seconds}s rss=${s.rssMiB}MiB fds=${s.fds} qp=${s.qp} cq=${s.cq} pd=${s.pd} mr=${s.mr} ops=${s.ops} bytesVerified=${s.bytesVerified}`)
+    }
   } catch (error) {
     totals.error ??= error
   } finally {
