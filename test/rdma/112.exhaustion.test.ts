@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { execFile } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { Access, type Device } from '../../dist/index.js'
+import { Access, type AddressHandle, type Device } from '../../dist/index.js'
 import { connectedPair, pattern, testDevice } from './helpers.js'
 import { countAll } from './resources.js'
 
@@ -44,7 +44,7 @@ describe('exhaustion', () => {
     const ud = pd.createQp({ type: 'UD', sendCq: cq })
     await ud.activate()
     const ep = ud.endpoint()
-    const handles = []
+    const handles: AddressHandle[] = []
     let refusal: Record<string, unknown> | null = null
     for (let i = 0; i <= maxAh && refusal === null; i++) {
       refusal = errorOf(() => handles.push(pd.createAddressHandle({ gid: ep.gid, lid: ep.lid })))
