@@ -56,12 +56,12 @@ function u64(bytes, offset) {
   return new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(offset, true)
 }
 
-/** One QP's loop: random operations against its peer until `deadline`; every landed byte compared. */
-async function drive(me, peer, deadline, totals, bounded) {
+/** One QP's loop: random operations against its peer while `running()`; every landed byte compared. */
+async function drive(me, peer, running, totals, bounded) {
   const remote = peer.region.asRemote()
   let counter = 0n
   let swap = 0n
-  while (Date.now() < deadline && !totals.error) {
+  while (running() && !totals.error) {
     const op = OPS[randomInt(OPS.length)]
     const length = randomInt(1, MAX_SIZE + 1)
     const offset = randomInt(0, 128 * KiB - length + 1)
@@ -138,19 +138,23 @@ export async function soak({ seconds = 60, interval = 15, pairs = 8, rssSlackMiB
     // lazily registered atomic scratch pages settle before the baseline.
     const warmup = Math.min(interval, seconds / 10) * 1000
     const deadline = startedAt + warmup + seconds * 1000
-    const loops = sides.map(([me, peer]) => drive(me, peer, deadline, totals, bounded).catch((error) => { totals.error ??= error }))
+    // A fixed number of samples, on a schedule from the start: a slow (or
+    // busy) machine takes them late, never fewer. Traffic runs until the
+    // last one is taken and the time is up.
+    const count = Math.max(1, Math.floor(seconds / interval))
+    let sampled = false
+    const running = () => !sampled || Date.now() < deadline
+    const loops = sides.map(([me, peer]) => drive(me, peer, running, totals, bounded).catch((error) => { totals.error ??= error }))
     const sampler = (async () => {
-      await new Promise((resolve) => setTimeout(resolve, warmup))
-      const t0 = Date.now()
-      for (let next = t0; ; next += interval * 1000) {
-        const wait = next - Date.now()
+      const t0 = startedAt + warmup
+      for (let k = 0; k < count && !totals.error; k++) {
+        const wait = t0 + k * interval * 1000 - Date.now()
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-        if (totals.error) return
         const s = sample(t0, totals)
         samples.push(s)
         log(`[soak] t=${s.seconds}s rss=${s.rssMiB}MiB fds=${s.fds} qp=${s.qp} cq=${s.cq} pd=${s.pd} mr=${s.mr} ops=${s.ops} bytesVerified=${s.bytesVerified}`)
-        if (next + interval * 1000 >= deadline) return
       }
+      sampled = true
     })()
     await Promise.all([...loops, sampler])
     // The end state, after the last operation, is the sample that matters most.
