@@ -18,7 +18,7 @@ beforeAll(() => { device = testDevice() })
 afterAll(() => device?.close())
 
 const child = fileURLToPath(new URL('./fixtures/fork-child.mjs', import.meta.url))
-const bounded = { timeoutMs: 30_000 }
+const bounded = { timeoutMs: 60_000 }
 const [major, minor] = release().split('.').map(Number)
 const kernelCopiesPinnedPages = major > 5 || (major === 5 && minor >= 13)
 
@@ -75,8 +75,9 @@ describe('fork() with registered memory', () => {
           rounds++
         }
       })()
-      const shells = await Promise.all(Array.from({ length: 8 }, () => shellFds()))
-      const children = await Promise.all([nodeChild(), nodeChild()])
+      traffic.catch(() => {}) // awaited below; a failure meanwhile is not an unhandled rejection
+      const shells = await Promise.all(Array.from({ length: 4 }, () => shellFds()))
+      const children = [await nodeChild()]
       stop = true
       await traffic
       expect(rounds).toBeGreaterThan(0)
@@ -95,5 +96,5 @@ describe('fork() with registered memory', () => {
       await traffic.catch(() => {}) // its failure, if any, was reported above
       close()
     }
-  }, 300_000)
+  }, 600_000)
 })
