@@ -20,7 +20,8 @@
         "native/test_hooks.cc",
         "native/errno_names.cc",
         "native/gid_entry.cc",
-        "native/glibc_floor.cc"
+        "native/glibc_floor.cc",
+        "native/fork.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED",

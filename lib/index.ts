@@ -24,3 +24,5 @@ export type { ConnectionOptions, ListenOptions, ConnectionSetup, QpCaps, AcceptO
 export { isAvailable, loadError } from './native.js'
 export { RemoteLockTable, heldWord, decodeWord } from './locks/index.js'
 export type { RemoteLockTableOptions, LockWaitOptions, LockGrant } from './locks/index.js'
+export { forkSupport, enableForkSupport } from './fork.js'
+export type { ForkSupport } from './fork.js'

@@ -2,6 +2,7 @@
 // requests name. Every slice is bounds-checked when it is made.
 import { native, type NativeBufferHandle, type NativeMemoryRegion } from './native.js'
 import { call, RdmaError } from './errors.js'
+import { explainRegistrationFailure } from './memlock.js'
 import { Resource } from './resource.js'
 import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -45,6 +46,15 @@ export class NativeMemory {
   get address(): number { return this.handle.address }
 }
 
+/** ibv_reg_mr through `create`; a refusal by RLIMIT_MEMLOCK says so (ERR_MEMLOCK_LIMIT). */
+function register(create: () => NativeMemoryRegion, length: number): NativeMemoryRegion {
+  try {
+    return call(create)
+  } catch (error) {
+    throw explainRegistrationFailure(error, length)
+  }
+}
+
 function viewTooLarge(length: number): RdmaError {
   return new RdmaError(`A view holds at most ${MAX_VIEW_BYTES} bytes (4 GiB), not ${length}: view a window instead (region.slice(offset, length).bytes)`, { code: 'ERR_VIEW_TOO_LARGE' })
 }
@@ -78,7 +88,7 @@ export class MemoryRegion extends Resource {
     this.pd = pd
     this.access = access
     if (memory instanceof NativeMemory) {
-      this.handle = call(() => new native.MemoryRegion(pd.handle, memory.handle, access))
+      this.handle = register(() => new native.MemoryRegion(pd.handle, memory.handle, access), memory.size)
       this.#memory = memory
     } else if (isResizable(memory)) {
       // The device keeps the address and length it registered: memory that
@@ -97,7 +107,7 @@ export class MemoryRegion extends Resource {
         this.#jsBytes = new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
       }
       if (this.#jsBytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
-      this.handle = call(() => new native.MemoryRegion(pd.handle, memory, access))
+      this.handle = register(() => new native.MemoryRegion(pd.handle, memory, access), this.#jsBytes.byteLength)
       // A transfer (postMessage, structuredClone) would detach the buffer and
       // hand its memory to another owner while the device still writes it.
       // Marked, it is copied (Node 20) or refused (later Node) instead. The

@@ -104,6 +104,10 @@ export interface NativeAddon {
   MemoryWindow: new (pd: NativeProtectionDomain, type: number) => NativeMemoryWindow
   /** Top-level resources (devices, rdma_cm channels) the addon's cleanup hook still tracks. */
   rootCount(): number
+  /** ibv_is_fork_initialized() */
+  forkStatus(): 'disabled' | 'enabled' | 'unneeded'
+  /** ibv_fork_init(): throws with its errno */
+  forkInit(): void
   completionWords: number
   sendHeaderWords: number
   recvHeaderWords: number

@@ -9,6 +9,7 @@
 namespace ibv {
 
 void InitTestHooks(Napi::Env env, Napi::Object exports);  // native/test_hooks.cc
+void InitFork(Napi::Env env, Napi::Object exports);       // native/fork.cc
 
 namespace {
 
@@ -57,6 +58,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitMemoryWindow(env, exports, data);
   InitCm(env, exports, data);
   InitTestHooks(env, exports);
+  InitFork(env, exports);
   // For tests: how many top-level resources the cleanup hook tracks.
   exports.Set("rootCount", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
                 return Napi::Number::New(info.Env(), static_cast<double>(AddonData::Get(info.Env())->RootCount()));

@@ -98,6 +98,8 @@ async function runSanitized() {
   // 42.collection asserts when the GC frees objects: under the sanitizer
   // build one CQ once stayed uncollected for 40 rounds (cause not found yet);
   // `npm test` runs it, and the objects it drops are closed here by the others.
+  // 110.soak runs for a fixed 60 s and 112.exhaustion creates objects by the
+  // thousand: minutes of the same native paths the other files cover once.
   // 120.lock-table runs client processes for minutes and its leases are
   // timing-bound (a slower sanitizer build means steals, not bugs); its native
   // paths are CAS/FETCH_ADD/READ/WRITE, which 20.operations covers here.
@@ -105,7 +107,8 @@ async function runSanitized() {
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', '--exclude', '**/25.large-memory.test.ts', '--exclude', '**/42.collection.test.ts',
-      '--exclude', '**/97.consumer.test.ts', '--exclude', '**/120.lock-table.test.ts']
+      '--exclude', '**/97.consumer.test.ts', '--exclude', '**/120.lock-table.test.ts',
+      '--exclude', '**/110.soak.test.ts', '--exclude', '**/112.exhaustion.test.ts']
   const result = await run(vitest, ['run', ...config, ...vitestArgs], env)
   // Report files can also hold warnings (e.g. "failed to allocate" when a huge
   // allocation returns NULL, as allocator_may_return_null asks): only errors count.

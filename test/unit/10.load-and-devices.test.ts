@@ -32,9 +32,9 @@ describe('the addon', () => {
     expect(Object.keys(api).sort()).toEqual([
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
       'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair',
-      'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors', 'decodeWord',
-      'encodeDescriptors', 'heldWord', 'isAvailable', 'listDevices', 'listen', 'loadError', 'openDevice', 'remoteRegion',
-      'wcStatusNames',
+      'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
+      'decodeWord', 'enableForkSupport', 'encodeDescriptors', 'forkSupport', 'heldWord', 'isAvailable', 'listDevices',
+      'listen', 'loadError', 'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 

@@ -1,0 +1,124 @@
+// Creating objects until something refuses. rxe's own limits (query():
+// about a million QPs, CQs and PDs, half a million MRs and MWs) are beyond
+// what a test guest holds in bounded time; the limits reachable here are the
+// device's address handles (maxAh), the sizes query() gives, and the process
+// limit a CQ meets first (RLIMIT_NOFILE: one completion channel fd per CQ).
+// Every refusal is an RdmaError with a code; everything closes afterwards and
+// the kernel's counts return to where they were.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { execFile } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { Access, type AddressHandle, type Device } from '../../dist/index.js'
+import { connectedPair, pattern, testDevice } from './helpers.js'
+import { countAll } from './resources.js'
+
+let device: Device
+beforeAll(() => { device = testDevice() })
+afterAll(() => device?.close())
+
+function errorOf(fn: () => unknown): Record<string, unknown> | null {
+  try { fn(); return null } catch (e) {
+    const err = e as { name: string; code?: string; errno?: number; syscall?: string }
+    return { name: err.name, code: err.code, errno: err.errno, syscall: err.syscall }
+  }
+}
+
+/** The device still moves verified bytes. */
+async function stillWorks(): Promise<void> {
+  const p = await connectedPair(device, { size: 8192 })
+  try {
+    p.a.region.bytes.set(pattern(4096, 112))
+    await p.a.qp.write(p.a.region.slice(0, 4096), p.b.region.asRemote().slice(0, 4096), { timeoutMs: 30_000 })
+    expect(Buffer.compare(p.b.region.bytes.subarray(0, 4096), pattern(4096, 112))).toBe(0)
+  } finally {
+    p.close()
+  }
+}
+
+describe('exhaustion', () => {
+  it('address handles: created until the device refuses at maxAh; coded refusal; all close', async () => {
+    const { maxAh } = device.query()
+    const before = countAll()
+    const pd = device.allocPd()
+    const cq = device.createCq()
+    const ud = pd.createQp({ type: 'UD', sendCq: cq })
+    await ud.activate()
+    const ep = ud.endpoint()
+    const handles: AddressHandle[] = []
+    let refusal: Record<string, unknown> | null = null
+    for (let i = 0; i <= maxAh && refusal === null; i++) {
+      refusal = errorOf(() => handles.push(pd.createAddressHandle({ gid: ep.gid, lid: ep.lid })))
+    }
+    console.log(`maxAh ${maxAh}: ${handles.length} address handles, then ${JSON.stringify(refusal)}`)
+    expect(refusal).toMatchObject({ name: 'RdmaError', code: expect.stringMatching(/^E[A-Z]+$/), syscall: 'ibv_create_ah' })
+    expect(handles.length).toBeLessThanOrEqual(maxAh)
+    expect(handles.length).toBeGreaterThan(maxAh - 64) // the kernel may hold a few itself
+    for (const ah of handles) ah.close()
+    expect(errorOf(() => pd.createAddressHandle({ gid: ep.gid, lid: ep.lid }).close())).toBeNull() // room again
+    pd.close()
+    cq.close()
+    expect(countAll()).toEqual(before)
+    await stillWorks()
+  }, 180_000)
+
+  it('CQs under RLIMIT_NOFILE 512: refused with EMFILE (each CQ holds a completion channel fd); all close', async () => {
+    const child = fileURLToPath(new URL('./fixtures/exhaust-cq-child.mjs', import.meta.url))
+    const out = await new Promise<string>((resolve, reject) => {
+      execFile('prlimit', ['--nofile=512:512', process.execPath, child], { timeout: 120_000, encoding: 'utf8' }, (error, stdout, stderr) => {
+        if (error) reject(new Error(`${error.message}\n${stderr}`))
+        else resolve(stdout)
+      })
+    })
+    const result = JSON.parse(out.trim().split('\n').pop()!)
+    console.log(`RLIMIT_NOFILE 512: ${result.created} CQs, then ${JSON.stringify(result.refusal)}`)
+    expect(result.refusal).toMatchObject({ name: 'RdmaError', code: 'EMFILE', errno: 24, syscall: 'ibv_create_comp_channel' })
+    expect(result.created).toBeGreaterThan(400) // most of the 512 fds went to CQs
+    expect(result.fdsAtLimit).toBeLessThanOrEqual(512)
+    expect(result.worksAfter).toBe(true)
+  }, 180_000)
+
+  it('thousands of PDs, MRs, CQs and QPs (far below rxe limits): all created, all closed, counts back to the start', async () => {
+    const attrs = device.query()
+    const want = { pd: 4096, mr: 4096, cq: 1024, qp: 1024 }
+    expect(want.pd).toBeLessThan(attrs.maxPd)
+    expect(want.mr).toBeLessThan(attrs.maxMr)
+    expect(want.cq).toBeLessThan(attrs.maxCq)
+    expect(want.qp).toBeLessThan(attrs.maxQp)
+    const before = countAll()
+    const pds = Array.from({ length: want.pd }, () => device.allocPd())
+    const regions = Array.from({ length: want.mr }, (_, i) => pds[i % 64].allocRegion(4096, Access.LocalWrite))
+    const cqs = Array.from({ length: want.cq }, () => device.createCq({ entries: 1 }))
+    const qps = Array.from({ length: want.qp }, (_, i) => pds[i % 64].createQp({ type: 'RC', sendCq: cqs[i], maxSendWr: 1, maxRecvWr: 1 }))
+    const during = countAll()
+    expect(during.pd - before.pd).toBe(want.pd)
+    expect(during.mr - before.mr).toBe(want.mr)
+    expect(during.cq - before.cq).toBe(want.cq)
+    expect(during.qp - before.qp).toBe(want.qp)
+    expect(regions.length + qps.length).toBe(want.mr + want.qp)
+    for (const pd of pds) pd.close() // closes its QPs and MRs first
+    for (const cq of cqs) cq.close()
+    expect(countAll()).toEqual(before)
+    await stillWorks()
+  }, 300_000)
+
+  it('sizes past the limits query() gives are refused with coded errors', async () => {
+    const attrs = device.query()
+    const pd = device.allocPd()
+    const cq = device.createCq()
+    try {
+      const refusals = {
+        cqEntries: errorOf(() => device.createCq({ entries: attrs.maxCqe + 1 }).close()),
+        qpSendWr: errorOf(() => pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: attrs.maxQpWr + 1 }).close()),
+        qpSge: errorOf(() => pd.createQp({ type: 'RC', sendCq: cq, maxSendSge: attrs.maxSge + 1 }).close()),
+        srqWr: errorOf(() => pd.createSrq({ maxWr: attrs.maxSrqWr + 1 }).close()),
+      }
+      console.log(`past the limits: ${JSON.stringify(refusals)}`)
+      for (const [what, refusal] of Object.entries(refusals)) {
+        expect(refusal, what).toMatchObject({ code: expect.stringMatching(/^(E[A-Z]+|ERR_[A-Z_]+)$/) })
+      }
+    } finally {
+      pd.close()
+      cq.close()
+    }
+  })
+})
