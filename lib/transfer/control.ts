@@ -17,7 +17,7 @@ export const TABLE_CHUNK = 16
 /** Largest notification payload. */
 export const MAX_NOTIFICATION_BYTES = 1024
 /** Receives kept posted on the control QP. */
-const RECEIVES = 16
+const RECEIVES = 32
 
 export interface HelloMessage { t: 'hello' | 'welcome'; p: number; agent: string; name: string; qps: QpEndpoint[] }
 /** Segments added (the first table goes in chunks; `end` marks its last one). */

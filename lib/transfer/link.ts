@@ -43,13 +43,15 @@ export class Link {
   get healthy(): boolean { return this.error === undefined && !this.#closed }
 
   /**
-   * Sends `message` once `ready` resolves true (skips it on false), after the
-   * messages queued before it: notifications go out in the order they were queued.
+   * Posts `message` once `ready` resolves true (skips it on false), after the
+   * messages queued before it were posted: notifications go out in the order
+   * they were queued (one QP delivers in posting order, so a message does not
+   * wait for the one before it to complete). Resolves when the peer has it.
    */
   queueMessage(ready: Promise<boolean>, message: ControlMessage, timeoutMs: number | undefined): Promise<void> {
-    const sent = this.#chain.then(() => ready).then((go) => go ? this.conn.sendJson(message, timeoutMs === undefined ? {} : { timeoutMs }) : undefined)
-    this.#chain = sent.catch(() => undefined)
-    return sent
+    const posted = this.#chain.then(() => ready).then((go) => go ? { sent: this.conn.sendJson(message, timeoutMs === undefined ? {} : { timeoutMs }) } : undefined)
+    this.#chain = posted.catch(() => undefined)
+    return posted.then((p) => p?.sent)
   }
 
   /** Sends a table change; a failure shows up as the link failing. */
