@@ -9,7 +9,7 @@ import { pattern, within } from './helpers.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
 const MiB = 1 << 20
-const SIZE = 32 * MiB
+const SIZE = 8 * MiB
 
 interface Child { process: ChildProcess; port: number; sum: (offset: number, length: number) => Promise<number>; stop: () => Promise<void> }
 
