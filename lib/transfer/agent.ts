@@ -36,6 +36,8 @@ export interface TransferAgentOptions {
   batchWrs?: number
   /** Bound on the handshake with a peer (default 10000 ms). */
   handshakeTimeoutMs?: number
+  /** Bound on a transfer that gives no timeoutMs (default 120000 ms): none waits forever. */
+  transferTimeoutMs?: number
 }
 
 export interface RegisterOptions {
@@ -81,7 +83,7 @@ export class TransferPlan {
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
 }
 
-const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000 }
+const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 function deviceFor(host: string, name: string | undefined): Device {
@@ -119,6 +121,7 @@ export class TransferAgent extends EventEmitter {
   readonly sliceBytes: number
   readonly #settings: LinkSettings
   readonly #handshakeMs: number
+  readonly #transferMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #iterators = new Set<(n: Notification | undefined) => void>()
@@ -134,6 +137,7 @@ export class TransferAgent extends EventEmitter {
     this.qpsPerPeer = integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS)
     const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
     this.sliceBytes = Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage)
+    this.#transferMs = integer(options.transferTimeoutMs ?? DEFAULTS.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
     this.#handshakeMs = integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31)
     this.#settings = {
       pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
@@ -325,7 +329,7 @@ export class TransferAgent extends EventEmitter {
 
   /** Sends a notification alone (ordered with those of transfers). */
   async notify(peer: Peer, message: NotificationMessage, options: WaitOptions = {}): Promise<void> {
-    const wait = waitOptions(options)
+    const wait = this.#bounded(optionalObject(options, 'options'))
     const encoded = encodeNotification(message)
     const link = await this.#linkOf(peer, wait)
     await link.queueMessage(Promise.resolve(true), encoded, wait.timeoutMs)
@@ -341,7 +345,7 @@ export class TransferAgent extends EventEmitter {
     let used = segmentsUsed(checked)
     let checkedOn = link
     return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
-      const wait = waitOptions(options)
+      const wait = this.#bounded(optionalObject(options, 'options'))
       const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
       const current = await this.#linkOf(peer, wait)
       if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
@@ -356,13 +360,20 @@ export class TransferAgent extends EventEmitter {
 
   async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
     const o = optionalObject(options, 'options')
-    const wait = waitOptions(o)
+    const wait = this.#bounded(o)
     const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
     const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
     return this.#run(peer, link, plan, notify, wait)
+  }
+
+  /** The caller's wait, with the agent's default bound when it gives none. */
+  #bounded(options: Record<string, unknown>): WaitOptions {
+    const wait = waitOptions(options)
+    wait.timeoutMs ??= this.#transferMs
+    return wait
   }
 
   #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions): Promise<TransferResult> {
