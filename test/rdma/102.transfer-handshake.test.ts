@@ -31,7 +31,7 @@ describe('transfer handshake failures', () => {
     const pd = device.allocPd()
     const mute: Listener = await listen({ host, port: 0, pd })
     const accepted: Connection[] = []
-    mute.on('request', (request) => { request.accept({ receiveJson: true }).then((c) => accepted.push(c), () => undefined) })
+    mute.on('request', (request) => { request.accept({ receiveJson: true }).then((c: Connection) => accepted.push(c), () => undefined) })
     try {
       const started = Date.now()
       const error = await within(agent.connect({ host, port: mute.address!.port, timeoutMs: 2000 }).catch((e) => e), 10_000, 'connect to a mute listener')
