@@ -83,6 +83,22 @@ export class TransferPlan {
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
 }
 
+/** Settles as `promise`, or rejects with ETIMEDOUT / ABORT_ERR when `wait` runs out first. */
+function bound<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => finish(() => reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', cause: wait.signal?.reason })))
+    const timer = wait.timeoutMs === undefined ? undefined : setTimeout(() => finish(() => reject(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT' }))), wait.timeoutMs)
+    const finish = (action: () => void) => {
+      clearTimeout(timer)
+      wait.signal?.removeEventListener('abort', onAbort)
+      action()
+    }
+    if (wait.signal?.aborted) return onAbort()
+    wait.signal?.addEventListener('abort', onAbort, { once: true })
+    promise.then((value) => finish(() => resolve(value)), (error: unknown) => finish(() => reject(error)))
+  })
+}
+
 const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
@@ -101,8 +117,10 @@ function deviceFor(host: string, name: string | undefined): Device {
 
 function encodeNotification(message: unknown): NotifyMessage {
   if (typeof message === 'string') {
-    if (Buffer.byteLength(message) > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${Buffer.byteLength(message)}`)
-    return { t: 'n', s: message }
+    const utf8 = Buffer.from(message)
+    if (utf8.length > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${utf8.length}`)
+    // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
+    return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
   }
   if (message instanceof Uint8Array) {
     if (message.byteLength > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${message.byteLength}`)
@@ -269,11 +287,15 @@ export class TransferAgent extends EventEmitter {
     switch (message.t) {
       case 'n': {
         peer.counters.notificationsReceived++
-        const notification: Notification = { peer, message: message.b !== undefined ? Buffer.from(message.b, 'base64') : message.s ?? '' }
+        const bytes = message.b === undefined ? undefined : Buffer.from(message.b, 'base64')
+        const notification: Notification = { peer, message: bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes }
         this.emit('notification', notification)
         for (const push of this.#iterators) push(notification)
         return
       }
+      case 'm':
+        for (const item of message.list) this.#onMessage(peer, link, item)
+        return
       case 'add': return link.remote.add(message.seg, message.v)
       case 'del': return link.remote.remove(message.name, message.v)
       default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
@@ -332,7 +354,7 @@ export class TransferAgent extends EventEmitter {
     const wait = this.#bounded(optionalObject(options, 'options'))
     const encoded = encodeNotification(message)
     const link = await this.#linkOf(peer, wait)
-    await link.queueMessage(Promise.resolve(true), encoded, wait.timeoutMs)
+    await bound(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
     peer.counters.notificationsSent++
   }
 
@@ -384,7 +406,7 @@ export class TransferAgent extends EventEmitter {
       if (notify) {
         // The notification's turn is taken now: notifications go out in call order.
         const ready = new Promise<boolean>((r) => { dataPlaced = r })
-        sent = link.queueMessage(ready, notify, undefined)
+        sent = link.queueMessage(ready, notify)
         sent.catch(() => undefined)
       }
       counters.inFlight++

@@ -176,6 +176,10 @@ describe('transfers between two agents', () => {
       await agent.notify(peer, new Uint8Array([1, 2, 3]))
       expect([...await within(bytes, 10_000, 'the bytes notification')]).toEqual([1, 2, 3])
       await expect(agent.notify(peer, 'x'.repeat(1025))).rejects.toThrow(RangeError)
+      // 1 KiB of characters JSON escapes (6 bytes each) still fits.
+      const escaped = new Promise<string | Buffer>((resolve) => server.once('notification', ({ message }) => resolve(message)))
+      await agent.notify(peer, '\u0001'.repeat(1024))
+      expect(await within(escaped, 10_000, 'the escaped notification')).toBe('\u0001'.repeat(1024))
       expect(agent.stats().total.notificationsSent).toBeGreaterThanOrEqual(1001)
     } finally {
       server.off('notification', onNotification)
