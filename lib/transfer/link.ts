@@ -158,6 +158,13 @@ async function exchangeTables(conn: Connection, settings: LinkSettings, remote: 
   return sent
 }
 
+/** A handshake step failed: a flushed receive or send means the peer closed the connection. */
+function handshakeError(error: unknown): unknown {
+  const code = (error as RdmaError)?.code
+  if (code !== 'WR_FLUSH_ERR' && code !== 'ERR_QP_STATE') return error
+  return new RdmaError('The peer closed the connection during the handshake', { code: 'ECONNRESET', cause: error })
+}
+
 /** Connects to the agent at host:port and sets up a link (the connecting side). */
 export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
   const deadline = Date.now() + timeoutMs
@@ -179,7 +186,7 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     for (const qp of data?.qps ?? []) qp.close()
     data?.cq.close()
     conn.close()
-    throw error
+    throw handshakeError(error)
   }
 }
 
@@ -209,6 +216,6 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
     for (const qp of data?.qps ?? []) qp.close()
     data?.cq.close()
     conn.close()
-    throw error
+    throw handshakeError(error)
   }
 }
