@@ -33,6 +33,15 @@ function layout(seed: number): Array<{ src: number; dst: number; length: number 
   return lengths.map((length, i) => { const block = { src, dst: dstOf[i]!, length }; src += length; return block })
 }
 
+/**
+ * Block i's bytes: a 4093-byte tile of its own, repeated (a native fill: a JS
+ * loop over 256 MiB takes minutes in the emulated guest). 4093 is prime, so
+ * a slice landing at another 64 KiB step of its block shows as wrong bytes.
+ */
+function blockBytes(i: number, length: number): Buffer {
+  return Buffer.alloc(length).fill(pattern(4093, SEED * 100_000 + i))
+}
+
 function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms) })
@@ -47,12 +56,12 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
       const agent = await TransferAgent.create({ host: local!, port: PORT, name: 'decode' })
       try {
         const kv = agent.register('kv', { size: SIZE, remote: 'read-write' })
-        const notification = await within(new Promise<Notification>((resolve) => agent.once('notification', resolve)), 170_000, 'the writer\'s notification')
+        const notification = await within(new Promise<Notification>((resolve) => agent.once('notification', resolve)), 330_000, 'the writer\'s notification')
         expect(notification.message).toBe(`written ${SEED}`)
         // The data is in place when the notification arrives: check every block now.
         let wrong = 0
         blocks.forEach((b, i) => {
-          if (Buffer.compare(kv.bytes.subarray(b.dst, b.dst + b.length), pattern(b.length, SEED * 100_000 + i)) !== 0) wrong++
+          if (Buffer.compare(kv.bytes.subarray(b.dst, b.dst + b.length), blockBytes(i, b.length)) !== 0) wrong++
         })
         await agent.notify(notification.peer, `wrong ${wrong}`, { timeoutMs: 30_000 })
         expect(wrong, `blocks with other bytes, of ${blocks.length}`).toBe(0)
@@ -65,7 +74,7 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
       const agent = await TransferAgent.create({ host: local!, port: 0, name: 'prefill', qpsPerPeer: 4 })
       try {
         const src = agent.register('src', { size: SIZE })
-        blocks.forEach((b, i) => src.bytes.set(pattern(b.length, SEED * 100_000 + i), b.src))
+        blocks.forEach((b, i) => src.bytes.set(blockBytes(i, b.length), b.src))
         let peer: Peer | undefined
         for (let attempt = 0; !peer; attempt++) { // host 0 may still be booting
           try {
@@ -78,7 +87,7 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
         await within((async () => { while (!peer!.segments.has('kv')) await new Promise((r) => setTimeout(r, 20)) })(), 30_000, 'the kv segment')
         const answer = new Promise<Notification>((resolve) => agent.once('notification', resolve))
         const list: Block[] = blocks.map((b) => ({ local: [src, b.src], remote: ['kv', b.dst], length: b.length }))
-        const result = await agent.write(peer, list, { notify: `written ${SEED}`, timeoutMs: 160_000 })
+        const result = await agent.write(peer, list, { notify: `written ${SEED}`, timeoutMs: 300_000 })
         expect(result).toMatchObject({ bytes: SIZE, blocks: blocks.length, qps: 4 })
         console.log(`two-host transfer: ${SIZE} bytes in ${blocks.length} blocks, ${result.workRequests} work requests, ${result.ms.toFixed(0)} ms`)
         expect((await within(answer, 120_000, 'host 0\'s verdict')).message).toBe('wrong 0')
@@ -86,5 +95,5 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
         agent.close()
       }
     }
-  }, 400_000)
+  }, 420_000)
 })
