@@ -31,10 +31,11 @@ describe('the addon', () => {
   it('exports the documented public API', () => {
     expect(Object.keys(api).sort()).toEqual([
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
-      'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'ProtectionDomain', 'QpState', 'QueuePair',
-      'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'SharedReceiveQueue', 'connect', 'decodeDescriptors',
-      'decodeWord', 'enableForkSupport', 'encodeDescriptors', 'forkSupport', 'heldWord', 'isAvailable', 'listDevices',
-      'listen', 'loadError', 'openDevice', 'remoteRegion', 'wcStatusNames',
+      'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'Peer', 'ProtectionDomain', 'QpState',
+      'QueuePair', 'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'Segment', 'SharedReceiveQueue',
+      'TransferAgent', 'TransferError', 'TransferPlan', 'connect', 'decodeDescriptors', 'decodeWord', 'enableForkSupport',
+      'encodeDescriptors', 'forkSupport', 'heldWord', 'isAvailable', 'listDevices', 'listen', 'loadError',
+      'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 

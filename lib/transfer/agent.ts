@@ -1,0 +1,513 @@
+// The transfer agent: registers segments, listens for and connects to peers,
+// and moves blocks between its segments and theirs (write = push, read =
+// pull), with notifications that reach the peer after the data.
+import { EventEmitter } from 'node:events'
+import { randomUUID } from 'node:crypto'
+import { listen, type Listener, type ConnectionRequest } from '../cm.js'
+import { listDevices, openDevice, type Device } from '../device.js'
+import { RdmaError } from '../errors.js'
+import type { MemoryRegion, RegisterableMemory } from '../memory.js'
+import type { ProtectionDomain } from '../protection-domain.js'
+import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../validate.js'
+import { MAX_NOTIFICATION_BYTES, type ControlMessage, type NotifyMessage } from './control.js'
+import { acceptLink, connectLink, Link, MAX_QPS, type LinkSettings } from './link.js'
+import { Peer } from './peer.js'
+import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type CheckedPlan, type TransferOp } from './plan.js'
+import { TransferRun, type TransferResult } from './run.js'
+import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentRights } from './segments.js'
+import { totalStats, type PeerStats } from './stats.js'
+
+export interface TransferAgentOptions {
+  /** Address of this agent's RDMA device to listen on. */
+  host: string
+  /** 0 (default) picks a free port: see agent.port. */
+  port?: number
+  /** The device (default: the one that has `host`, else the first active one). */
+  device?: string
+  /** A name peers see (default: a random id). */
+  name?: string
+  /** Data QPs per peer, 1..16 (default 2). The side that connects chooses. */
+  qpsPerPeer?: number
+  /** Largest work request, in bytes (default 64 KiB; never above the device's max message size). */
+  sliceBytes?: number
+  /** Send queue depth of each data QP (default 128). */
+  queueDepth?: number
+  /** Work requests per postBatch (one doorbell, one signaled completion; default 16). */
+  batchWrs?: number
+  /** Bound on the handshake with a peer (default 10000 ms). */
+  handshakeTimeoutMs?: number
+  /** Bound on a transfer that gives no timeoutMs (default 120000 ms): none waits forever. */
+  transferTimeoutMs?: number
+}
+
+export interface RegisterOptions {
+  /** Bytes of new, page-aligned memory for the segment... */
+  size?: number
+  /** ...or existing memory to register. */
+  memory?: RegisterableMemory
+  /** What peers may do to it (default 'none'). */
+  remote?: SegmentRights
+}
+
+export interface PeerConnectOptions extends WaitOptions {
+  host: string
+  port: number
+}
+
+/** A notification's payload: a string, or bytes (up to 1 KiB either way). */
+export type NotificationMessage = string | Uint8Array
+
+export interface TransferOptions extends WaitOptions {
+  /** Sent to the peer after every byte of this transfer is in place (in call order per peer). */
+  notify?: NotificationMessage
+}
+
+export interface Notification {
+  peer: Peer
+  /** A string as sent, or a Buffer for bytes. */
+  message: string | Buffer
+}
+
+export interface AgentStats {
+  total: PeerStats
+  /** By peer id. */
+  peers: Record<string, PeerStats & { name: string; state: string }>
+}
+
+/** A plan checked once by agent.prepare(), to run many times. */
+export class TransferPlan {
+  /** @internal */
+  constructor(readonly peer: Peer, readonly op: TransferOp, readonly blocks: Blocks, readonly bytes: number, private readonly runner: (options: TransferOptions) => Promise<TransferResult>) {}
+
+  /** Runs the plan (rechecked only when the peer's segments changed). */
+  run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
+}
+
+/** Settles as `promise`, or rejects with ETIMEDOUT / ABORT_ERR when `wait` runs out first. */
+function bound<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => finish(() => reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', cause: wait.signal?.reason })))
+    const timer = wait.timeoutMs === undefined ? undefined : setTimeout(() => finish(() => reject(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT' }))), wait.timeoutMs)
+    const finish = (action: () => void) => {
+      clearTimeout(timer)
+      wait.signal?.removeEventListener('abort', onAbort)
+      action()
+    }
+    if (wait.signal?.aborted) return onAbort()
+    wait.signal?.addEventListener('abort', onAbort, { once: true })
+    promise.then((value) => finish(() => resolve(value)), (error: unknown) => finish(() => reject(error)))
+  })
+}
+
+const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
+
+/** The device that has `host` among its GIDs (RoCE), else the first active one. */
+function deviceFor(host: string, name: string | undefined): Device {
+  if (name !== undefined) return openDevice(name)
+  for (const info of listDevices()) {
+    let device: Device | undefined
+    try {
+      device = openDevice(info.name)
+      if (device.gids(1).some((g) => g.gid === `::ffff:${host}` || g.gid === host)) return device
+    } catch { /* not this one */ }
+    device?.close()
+  }
+  return openDevice()
+}
+
+function encodeNotification(message: unknown): NotifyMessage {
+  if (typeof message === 'string') {
+    const utf8 = Buffer.from(message)
+    if (utf8.length > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${utf8.length}`)
+    // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
+    return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
+  }
+  if (message instanceof Uint8Array) {
+    if (message.byteLength > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${message.byteLength}`)
+    return { t: 'n', b: Buffer.from(message.buffer, message.byteOffset, message.byteLength).toString('base64') }
+  }
+  throw typeError('a string or Uint8Array', 'options.notify', message)
+}
+
+export class TransferAgent extends EventEmitter {
+  readonly id = randomUUID()
+  readonly name: string
+  readonly device: Device
+  readonly pd: ProtectionDomain
+  readonly host: string
+  readonly qpsPerPeer: number
+  readonly sliceBytes: number
+  readonly #settings: LinkSettings
+  readonly #handshakeMs: number
+  readonly #transferMs: number
+  readonly #table = new LocalTable()
+  readonly #peers = new Map<string, Peer>()
+  readonly #iterators = new Set<(n: Notification | undefined) => void>()
+  #listener: Listener | undefined
+  #closed = false
+
+  private constructor(options: TransferAgentOptions, device: Device) {
+    super()
+    this.device = device
+    this.pd = device.allocPd()
+    this.host = options.host
+    this.name = options.name ?? this.id
+    this.qpsPerPeer = integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS)
+    const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
+    this.sliceBytes = Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage)
+    this.#transferMs = integer(options.transferTimeoutMs ?? DEFAULTS.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
+    this.#handshakeMs = integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31)
+    this.#settings = {
+      pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
+      queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
+      batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
+      table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
+    }
+  }
+
+  /** Opens the device, and listens for peers on host:port. */
+  static async create(options: TransferAgentOptions): Promise<TransferAgent> {
+    const o = object(options, 'options') as unknown as TransferAgentOptions
+    if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
+    const port = integer(o.port ?? 0, 'options.port', 0, 65535)
+    const device = deviceFor(o.host, o.device)
+    let agent: TransferAgent | undefined
+    try {
+      agent = new TransferAgent(o, device)
+      agent.#listener = await listen({ host: o.host, port, pd: agent.pd })
+      agent.#listener.on('request', (request: ConnectionRequest) => agent!.#onRequest(request))
+      return agent
+    } catch (error) {
+      device.close()
+      throw error
+    }
+  }
+
+  /** The port peers connect to. */
+  get port(): number { return this.#listener?.address?.port ?? 0 }
+
+  /** Peers connected to or from this agent, by id. */
+  get peers(): ReadonlyMap<string, Peer> { return this.#peers }
+
+  /** The segments registered now, by name. */
+  get segments(): ReadonlyMap<string, Segment> { return this.#table.byName }
+
+  // --- segments --------------------------------------------------------------
+
+  /** Registers memory as a named segment; peers see it (with `remote` rights) at once. */
+  register(name: string, options: RegisterOptions): Segment {
+    this.#assertOpen()
+    if (typeof name !== 'string' || name.length === 0 || name.length > 128) throw typeError('a name of 1..128 characters', 'name', name)
+    const o = object(options, 'options')
+    const rights = oneOf(o.remote, 'options.remote', SEGMENT_RIGHTS, 'none')
+    if (this.#table.byName.has(name)) throw new RdmaError(`A segment named '${name}' is registered already`, { code: 'ERR_SEGMENT_EXISTS' })
+    let region: MemoryRegion
+    if (o.memory !== undefined) {
+      region = this.pd.registerMemory(o.memory as RegisterableMemory, accessFor(rights))
+    } else {
+      region = this.pd.allocRegion(integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), accessFor(rights))
+    }
+    const segment = this.#table.add(name, region, rights)
+    this.#broadcast({ t: 'add', v: this.#table.version, seg: [segment.entry()], end: true })
+    return segment
+  }
+
+  /**
+   * Withdraws a segment: peers are told at once (their transfers naming it
+   * fail with ERR_SEGMENT_WITHDRAWN; one already posted is refused by the
+   * device), local transfers naming it are refused, and the memory is
+   * deregistered once no work request names it.
+   */
+  async unregister(segment: Segment | string, options: WaitOptions = {}): Promise<void> {
+    const s = this.#table.resolve(segment)
+    this.#table.remove(s)
+    this.#broadcast({ t: 'del', v: this.#table.version, name: s.name })
+    await s.region.deregisterWhenIdle(waitOptions(options))
+  }
+
+  #broadcast(message: ControlMessage): void {
+    for (const peer of this.#peers.values()) peer.link?.broadcast(message)
+  }
+
+  // --- peers -----------------------------------------------------------------
+
+  /** Connects to the agent at host:port: data QPs set up, segment tables exchanged. */
+  async connect(options: PeerConnectOptions): Promise<Peer> {
+    this.#assertOpen()
+    const o = object(options, 'options')
+    if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
+    const port = integer(o.port, 'options.port', 1, 65535)
+    const wait = waitOptions({ timeoutMs: o.timeoutMs ?? this.#handshakeMs, signal: o.signal })
+    const link = await connectLink(this.#settings, o.host, port, wait.timeoutMs!, wait.signal)
+    return this.#adopt(link, { host: o.host, port })
+  }
+
+  #onRequest(request: ConnectionRequest): void {
+    if (this.#closed) {
+      try { request.reject() } catch { /* gone */ }
+      return
+    }
+    // A failed handshake is the peer's problem: it is reported, never thrown.
+    acceptLink(this.#settings, request, this.#handshakeMs).then((link) => {
+      const peer = this.#adopt(link, undefined)
+      this.emit('peer', peer)
+    }, (error: unknown) => this.emit('handshakeError', error))
+  }
+
+  #adopt(link: Link, address: { host: string; port: number } | undefined): Peer {
+    if (this.#closed) {
+      link.close()
+      throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
+    }
+    let peer = this.#peers.get(link.peerAgent)
+    if (peer && peer.link !== link) {
+      peer.link?.fail(new RdmaError('The peer connected again', { code: 'ECONNRESET' }))
+      peer.adopt(link)
+      peer.counters.reconnects++
+    } else if (!peer) {
+      peer = new Peer(link.peerAgent, link.peerName, link, address)
+      this.#peers.set(peer.id, peer)
+    }
+    this.#resync(link)
+    const owner = peer
+    link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error))
+    return peer
+  }
+
+  /** Sends what changed in the local table since the handshake's snapshot. */
+  #resync(link: Link): void {
+    if (link.sentTable.version === this.#table.version) return
+    for (const [name] of link.sentTable.entries) {
+      if (!this.#table.byName.has(name)) link.broadcast({ t: 'del', v: this.#table.version, name })
+    }
+    link.broadcast({ t: 'add', v: this.#table.version, seg: this.#table.entries(), end: true })
+  }
+
+  #onMessage(peer: Peer, link: Link, message: ControlMessage): void {
+    switch (message.t) {
+      case 'n': {
+        peer.counters.notificationsReceived++
+        const bytes = message.b === undefined ? undefined : Buffer.from(message.b, 'base64')
+        const notification: Notification = { peer, message: bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes }
+        this.emit('notification', notification)
+        for (const push of this.#iterators) push(notification)
+        return
+      }
+      case 'm':
+        for (const item of message.list) this.#onMessage(peer, link, item)
+        return
+      case 'add': return link.remote.add(message.seg, message.v)
+      case 'del': return link.remote.remove(message.name, message.v)
+      default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
+    }
+  }
+
+  #linkFailed(peer: Peer, link: Link, error: Error): void {
+    if (link.error) return
+    const coded = error instanceof RdmaError ? error : new RdmaError(error.message, { code: 'ECONNRESET', cause: error })
+    for (const run of link.runs) run.fail(run.failure(coded, 'the link to the peer failed'))
+    link.fail(coded)
+    if (!this.#closed) this.emit('peerLost', { peer, error: coded })
+  }
+
+  /** The peer's link, fresh if the last one failed (the side that connected reconnects; the other fails fast). */
+  async #linkOf(peer: Peer, wait: WaitOptions): Promise<Link> {
+    this.#assertOpen()
+    if (!(peer instanceof Peer) || this.#peers.get(peer.id) !== peer) throw typeError('a Peer of this agent', 'peer', peer)
+    if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
+    if (peer.link?.healthy) return peer.link
+    const address = peer.address
+    if (!address) {
+      throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
+    }
+    peer.relinking ??= connectLink(this.#settings, address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
+      peer.relinking = undefined
+      if (link.peerAgent !== peer.id) {
+        // Another agent (a restarted process) answers at that address: same place, new peer identity kept under the old handle.
+        this.#peers.delete(peer.id)
+        peer.rename(link.peerAgent)
+        this.#peers.set(peer.id, peer)
+      }
+      this.#adopt(link, address)
+      return link
+    }, (error: unknown) => {
+      peer.relinking = undefined
+      throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
+    })
+    return peer.relinking
+  }
+
+  // --- transfers -------------------------------------------------------------
+
+  /** Writes (pushes) blocks from local segments into the peer's segments. */
+  write(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
+    return this.#transfer('write', peer, blocks, options)
+  }
+
+  /** Reads (pulls) blocks from the peer's segments into local segments. */
+  read(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
+    return this.#transfer('read', peer, blocks, options)
+  }
+
+  /** Sends a notification alone (ordered with those of transfers). */
+  async notify(peer: Peer, message: NotificationMessage, options: WaitOptions = {}): Promise<void> {
+    const wait = this.#bounded(optionalObject(options, 'options'))
+    const encoded = encodeNotification(message)
+    const link = await this.#linkOf(peer, wait)
+    await bound(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
+    peer.counters.notificationsSent++
+  }
+
+  /** Checks blocks once (segments, rights, bounds), coalesces and slices them; run() posts them. */
+  prepare(peer: Peer, op: TransferOp, blocks: Blocks): TransferPlan {
+    oneOf(op, 'op', ['read', 'write'] as const)
+    const link = peer.link
+    if (!link?.healthy) throw new RdmaError(`Peer ${peer.name} is not connected (${peer.state}); prepare after a transfer reconnected it`, { code: 'ERR_PEER_GONE' })
+    let checked = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    let used = segmentsUsed(checked)
+    let checkedOn = link
+    return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
+      const wait = this.#bounded(optionalObject(options, 'options'))
+      const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
+      const current = await this.#linkOf(peer, wait)
+      if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
+        checked = checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length)
+        used = segmentsUsed(checked)
+        checkedOn = current
+      }
+      assertCurrent(checked, used)
+      return this.#run(peer, current, checked, notify, wait)
+    })
+  }
+
+  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
+    const o = optionalObject(options, 'options')
+    const wait = this.#bounded(o)
+    const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
+    const started = Date.now()
+    const link = await this.#linkOf(peer, wait)
+    const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
+    return this.#run(peer, link, plan, notify, wait)
+  }
+
+  /** The caller's wait, with the agent's default bound when it gives none. */
+  #bounded(options: Record<string, unknown>): WaitOptions {
+    const wait = waitOptions(options)
+    wait.timeoutMs ??= this.#transferMs
+    return wait
+  }
+
+  #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions): Promise<TransferResult> {
+    return new Promise<TransferResult>((resolve, reject) => {
+      const counters = peer.counters
+      let dataPlaced: ((ok: boolean) => void) | undefined
+      let sent: Promise<void> | undefined
+      if (notify) {
+        // The notification's turn is taken now: notifications go out in call order.
+        const ready = new Promise<boolean>((r) => { dataPlaced = r })
+        sent = link.queueMessage(ready, notify)
+        sent.catch(() => undefined)
+      }
+      counters.inFlight++
+      const run = new TransferRun(plan, {
+        peer: peer.id,
+        ...(sent ? { notify: () => { dataPlaced!(true); return sent! } } : {}),
+        onBatchError: (error) => this.#linkFailed(peer, link, error),
+        settled: (r, error, result) => {
+          link.runs.delete(r)
+          counters.inFlight--
+          dataPlaced?.(false) // no-op once resolved with true
+          if (error) {
+            counters.errors++
+            reject(error)
+          } else {
+            counters.transfers++
+            counters.bytes += result!.bytes
+            counters.workRequests += result!.workRequests
+            if (notify) counters.notificationsSent++
+            counters.recordLatency(result!.ms)
+            resolve(result!)
+          }
+        },
+      })
+      if (!link.healthy) {
+        run.fail(run.failure(link.error, 'the link to the peer failed'))
+        return
+      }
+      link.runs.add(run)
+      run.start(link.posters, wait.timeoutMs, wait.signal)
+    })
+  }
+
+  // --- notifications and stats ----------------------------------------------
+
+  /** Notifications from every peer, from now on, in arrival order; ends when the agent closes. */
+  notifications(): AsyncIterableIterator<Notification> {
+    const queue: Notification[] = []
+    const takers: Array<(result: IteratorResult<Notification>) => void> = []
+    let done = false
+    const push = (n: Notification | undefined): void => {
+      if (n === undefined) {
+        done = true
+        this.#iterators.delete(push)
+        for (const take of takers.splice(0)) take({ value: undefined, done: true })
+        return
+      }
+      const take = takers.shift()
+      if (take) take({ value: n, done: false })
+      else queue.push(n)
+    }
+    if (this.#closed) done = true
+    else this.#iterators.add(push)
+    const iterator: AsyncIterableIterator<Notification> = {
+      next: () => {
+        const queued = queue.shift()
+        if (queued) return Promise.resolve({ value: queued, done: false })
+        if (done) return Promise.resolve({ value: undefined, done: true })
+        return new Promise((resolve) => takers.push(resolve))
+      },
+      return: () => {
+        push(undefined)
+        return Promise.resolve({ value: undefined, done: true })
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    }
+    return iterator
+  }
+
+  /** Counters per peer and in total, with transfer latency percentiles. */
+  stats(): AgentStats {
+    const peers: AgentStats['peers'] = {}
+    for (const peer of this.#peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
+    return { total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
+  }
+
+  // --- closing ---------------------------------------------------------------
+
+  /** Closes a peer's link (transfers in flight fail with ERR_CLOSED). */
+  closePeer(peer: Peer): void {
+    const link = peer.link
+    if (link) this.#linkFailed(peer, link, new RdmaError('The peer was closed', { code: 'ERR_CLOSED' }))
+    peer.markClosed()
+    this.#peers.delete(peer.id)
+  }
+
+  /** Stops listening, closes every peer, deregisters the segments and closes the device. */
+  close(): void {
+    if (this.#closed) return
+    this.#closed = true
+    this.#listener?.close()
+    for (const peer of [...this.#peers.values()]) this.closePeer(peer)
+    for (const push of [...this.#iterators]) push(undefined)
+    for (const segment of [...this.#table.byName.values()]) this.#table.remove(segment)
+    this.device.close()
+  }
+
+  [Symbol.dispose](): void { this.close() }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
+  }
+}
+

@@ -1,0 +1,149 @@
+// Pure block arithmetic of the transfer engine (no device needed): blocks as
+// columns of numbers, validated against both segment tables' bounds,
+// coalesced where they touch on both sides, cut into slices no larger than
+// one work request may carry, and split into one contiguous run per QP.
+import { RdmaError } from '../errors.js'
+
+/** Blocks in columns: block i moves len[i] bytes between (lseg[i], loff[i]) here and (rseg[i], roff[i]) there. */
+export interface BlockColumns {
+  count: number
+  lseg: Uint32Array
+  loff: Float64Array
+  rseg: Uint32Array
+  roff: Float64Array
+  len: Float64Array
+}
+
+export function emptyColumns(count: number): BlockColumns {
+  return { count, lseg: new Uint32Array(count), loff: new Float64Array(count), rseg: new Uint32Array(count), roff: new Float64Array(count), len: new Float64Array(count) }
+}
+
+function blockError(message: string): RdmaError {
+  return new RdmaError(message, { code: 'ERR_BLOCK_RANGE' })
+}
+
+const isCount = (value: number): boolean => Number.isSafeInteger(value) && value >= 0
+
+/**
+ * Checks every block against the lengths of the segments it names on both
+ * sides (`localLengths[lseg]`, `remoteLengths[rseg]`). Throws ERR_BLOCK_RANGE
+ * naming the first bad block; returns the total bytes.
+ */
+export function validateColumns(cols: BlockColumns, localLengths: ArrayLike<number>, remoteLengths: ArrayLike<number>): number {
+  let bytes = 0
+  for (let i = 0; i < cols.count; i++) {
+    const len = cols.len[i]!
+    const loff = cols.loff[i]!
+    const roff = cols.roff[i]!
+    if (!(len >= 1) || !isCount(len) || !isCount(loff) || !isCount(roff)) {
+      throw blockError(`Block ${i}: offsets must be integers >= 0 and the length an integer >= 1 (local ${loff}, remote ${roff}, length ${len})`)
+    }
+    const localLength = localLengths[cols.lseg[i]!]
+    const remoteLength = remoteLengths[cols.rseg[i]!]
+    if (localLength === undefined || remoteLength === undefined) throw blockError(`Block ${i}: names a segment that is not in the table`)
+    if (loff + len > localLength) throw blockError(`Block ${i}: local bytes ${loff}..${loff + len} are outside the local segment (${localLength} bytes)`)
+    if (roff + len > remoteLength) throw blockError(`Block ${i}: remote bytes ${roff}..${roff + len} are outside the remote segment (${remoteLength} bytes)`)
+    bytes += len
+  }
+  return bytes
+}
+
+/** Whether block i comes before block j in (remote segment, remote offset) order. */
+function remoteOrder(cols: BlockColumns, i: number, j: number): number {
+  return cols.rseg[i]! - cols.rseg[j]! || cols.roff[i]! - cols.roff[j]!
+}
+
+/**
+ * Merges blocks that continue each other on both sides (same segments, the
+ * next block starts where the previous one ends, here and there). Blocks are
+ * first put in remote order (skipped when they already are), so a shuffled
+ * list of neighbours still merges. The bytes moved are the same.
+ */
+export function coalesce(cols: BlockColumns): BlockColumns {
+  const n = cols.count
+  let sorted = true
+  for (let i = 1; i < n && sorted; i++) if (remoteOrder(cols, i - 1, i) > 0) sorted = false
+  let order: Uint32Array | undefined
+  if (!sorted) {
+    order = new Uint32Array(n)
+    for (let i = 0; i < n; i++) order[i] = i
+    order.sort((a, b) => remoteOrder(cols, a, b))
+  }
+  const out = emptyColumns(n)
+  let m = -1
+  for (let k = 0; k < n; k++) {
+    const i = order ? order[k]! : k
+    if (m >= 0 && out.lseg[m] === cols.lseg[i] && out.rseg[m] === cols.rseg[i] &&
+      out.loff[m]! + out.len[m]! === cols.loff[i] && out.roff[m]! + out.len[m]! === cols.roff[i]) {
+      out.len[m] = out.len[m]! + cols.len[i]!
+      continue
+    }
+    m++
+    out.lseg[m] = cols.lseg[i]!
+    out.loff[m] = cols.loff[i]!
+    out.rseg[m] = cols.rseg[i]!
+    out.roff[m] = cols.roff[i]!
+    out.len[m] = cols.len[i]!
+  }
+  out.count = m + 1
+  return out
+}
+
+/** Cuts every block into slices of at most `maxBytes` (one work request each), in order. */
+export function slice(cols: BlockColumns, maxBytes: number): BlockColumns {
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw new RangeError(`slice size must be an integer >= 1, not ${maxBytes}`)
+  let total = 0
+  for (let i = 0; i < cols.count; i++) total += Math.ceil(cols.len[i]! / maxBytes)
+  if (total === cols.count) return cols
+  const out = emptyColumns(total)
+  let m = 0
+  for (let i = 0; i < cols.count; i++) {
+    const len = cols.len[i]!
+    for (let at = 0; at < len; at += maxBytes, m++) {
+      out.lseg[m] = cols.lseg[i]!
+      out.loff[m] = cols.loff[i]! + at
+      out.rseg[m] = cols.rseg[i]!
+      out.roff[m] = cols.roff[i]! + at
+      out.len[m] = Math.min(maxBytes, len - at)
+    }
+  }
+  return out
+}
+
+/**
+ * Splits slices into `qps` contiguous runs of about equal bytes: run q is
+ * slices bounds[q] .. bounds[q + 1]. A run may be empty (fewer slices than QPs).
+ */
+export function stripe(cols: BlockColumns, qps: number): Uint32Array {
+  const bounds = new Uint32Array(qps + 1)
+  let total = 0
+  for (let i = 0; i < cols.count; i++) total += cols.len[i]!
+  let q = 1
+  let sum = 0
+  for (let i = 0; i < cols.count && q < qps; i++) {
+    sum += cols.len[i]!
+    // Close run q-1 after the slice that takes it to its share of the bytes.
+    while (q < qps && sum >= (total * q) / qps) bounds[q++] = i + 1
+  }
+  for (; q <= qps; q++) bounds[q] = cols.count
+  return bounds
+}
+
+/** What a transfer posts: its slices, one run per QP, and its totals. */
+export interface SlicePlan {
+  slices: BlockColumns
+  bounds: Uint32Array
+  bytes: number
+  blocks: number
+  /** QPs with at least one slice. */
+  qps: number
+}
+
+/** Coalesces, slices and stripes validated blocks. */
+export function planSlices(cols: BlockColumns, maxSliceBytes: number, qps: number, bytes: number): SlicePlan {
+  const slices = slice(coalesce(cols), maxSliceBytes)
+  const bounds = stripe(slices, qps)
+  let used = 0
+  for (let q = 0; q < qps; q++) if (bounds[q + 1]! > bounds[q]!) used++
+  return { slices, bounds, bytes, blocks: cols.count, qps: used }
+}

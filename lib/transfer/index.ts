@@ -1,0 +1,11 @@
+// The transfer engine: segments, blocks, peers, transfers, notifications, stats.
+export { TransferAgent, TransferPlan } from './agent.js'
+export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats } from './agent.js'
+export { Peer } from './peer.js'
+export type { PeerState, RemoteSegmentInfo } from './peer.js'
+export { Segment } from './segments.js'
+export type { SegmentRights } from './segments.js'
+export type { Block, BlockArrays, Blocks, LocalSegmentRef, TransferOp } from './plan.js'
+export type { TransferResult } from './run.js'
+export type { PeerStats } from './stats.js'
+export { TransferError } from './transfer-error.js'

@@ -1,0 +1,221 @@
+// A link to a peer: the rdma_cm control connection plus the data QPs (plain
+// RC QPs on a CQ of their own, connected with endpoints exchanged over the
+// control channel). A link is used until it fails; then it is torn down as a
+// whole and never reused: the next transfer gets a fresh link (fresh QPs).
+import { connect, type Connection, type ConnectionRequest } from '../cm.js'
+import { RdmaError } from '../errors.js'
+import type { CompletionQueue } from '../completion-queue.js'
+import type { ProtectionDomain } from '../protection-domain.js'
+import type { QueuePair } from '../queue-pair.js'
+import { QpPoster } from './poster.js'
+import { RemoteTable, type SegmentEntry } from './segments.js'
+import { CONNECT_TAG, expectMessage, PROTOCOL, protocolError, pumpMessages, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
+import type { TransferRun } from './run.js'
+
+export interface LinkSettings {
+  pd: ProtectionDomain
+  agent: string
+  name: string
+  qps: number
+  queueDepth: number
+  batchWrs: number
+  /** A snapshot of the local table, taken when it is sent. */
+  table: () => { entries: SegmentEntry[]; version: number }
+}
+
+/** A message waiting for its turn: `go` is undefined until its data is placed (or failed). */
+interface Outgoing { go: boolean | undefined; json: string; message: ControlMessage; resolve: () => void; reject: (error: Error) => void }
+/** Control sends in flight per link. */
+const SENDING = 8
+/** Bytes of JSON packed into one control message (a message holds 4096). */
+const MESSAGE_BYTES = 3500
+
+/** Most data QPs a peer may ask for. */
+export const MAX_QPS = 16
+
+export class Link {
+  readonly posters: QpPoster[]
+  readonly runs = new Set<TransferRun>()
+  error: RdmaError | undefined
+  /** The local table as sent in the handshake (the agent sends what changed since). */
+  sentTable: { entries: SegmentEntry[]; version: number } = { entries: [], version: 0 }
+  readonly #outbox: Outgoing[] = []
+  #sending = 0
+  #closed = false
+
+  constructor(readonly conn: Connection, readonly cq: CompletionQueue, readonly qps: QueuePair[], readonly remote: RemoteTable,
+    readonly peerAgent: string, readonly peerName: string, batchWrs: number) {
+    this.posters = qps.map((qp, i) => new QpPoster(qp, i, batchWrs))
+  }
+
+  get healthy(): boolean { return this.error === undefined && !this.#closed }
+
+  /**
+   * Sends `message` once `ready` resolves true (drops it on false), after
+   * every message queued before it: notifications go out in the order they
+   * were queued. Messages ready together travel in one SEND (a 'm' list), and
+   * at most SENDING sends are in flight: a burst of notifications costs a few
+   * messages, not one round trip each. Resolves when the peer has it.
+   */
+  queueMessage(ready: Promise<boolean>, message: ControlMessage): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const item: Outgoing = { go: undefined, json: JSON.stringify(message), message, resolve, reject }
+      this.#outbox.push(item)
+      ready.then((go) => { item.go = go; this.#flush() }, () => { item.go = false; this.#flush() })
+    })
+  }
+
+  #flush(): void {
+    while (this.#sending < SENDING && this.#outbox.length > 0) {
+      const batch: Outgoing[] = []
+      let size = 0
+      while (this.#outbox.length > 0 && this.#outbox[0]!.go !== undefined) {
+        const item = this.#outbox[0]!
+        if (!item.go) { this.#outbox.shift(); item.resolve(); continue }
+        if (batch.length > 0 && size + item.json.length + 1 > MESSAGE_BYTES) break
+        this.#outbox.shift()
+        batch.push(item)
+        size += item.json.length + 1
+      }
+      if (batch.length === 0) return // the head waits for its data
+      const message: ControlMessage = batch.length === 1 ? batch[0]!.message : { t: 'm', list: batch.map((b) => b.message) }
+      this.#sending++
+      this.conn.sendJson(message).then(() => {
+        this.#sending--
+        for (const b of batch) b.resolve()
+        this.#flush()
+      }, (error: Error) => {
+        this.#sending--
+        for (const b of batch) b.reject(error)
+        this.#flush()
+      })
+    }
+  }
+
+  /** Sends a table change; a failure shows up as the link failing. */
+  broadcast(message: ControlMessage): void {
+    if (this.healthy) this.conn.sendJson(message).catch(() => undefined)
+  }
+
+  /** Starts taking control messages after the handshake. */
+  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void): void {
+    this.conn.on('disconnected', () => onFailure(new RdmaError('The peer disconnected (its process or link is gone)', { code: 'ECONNRESET' })))
+    pumpMessages(this.conn, onMessage, onFailure)
+  }
+
+  /**
+   * Marks the link failed: its queued work is dropped, the QPs are closed
+   * (the device is then done with every buffer they named; requests in
+   * flight are rejected), and the peer's segments are withdrawn.
+   */
+  fail(error: RdmaError): void {
+    if (this.error) return
+    this.error = error
+    for (const poster of this.posters) poster.clear()
+    this.remote.clear()
+    this.close()
+  }
+
+  close(): void {
+    if (this.#closed) return
+    this.#closed = true
+    this.error ??= new RdmaError('The link was closed', { code: 'ERR_CLOSED' })
+    for (const qp of this.qps) qp.close()
+    try { this.cq.close() } catch { /* closed with the device */ }
+    this.conn.close()
+  }
+}
+
+function dataQps(settings: LinkSettings, count: number): { cq: CompletionQueue; qps: QueuePair[] } {
+  const device = settings.pd.device
+  const cq = device.createCq({ entries: count * settings.queueDepth + 16 })
+  const qps: QueuePair[] = []
+  try {
+    for (let i = 0; i < count; i++) qps.push(settings.pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: settings.queueDepth, maxRecvWr: 1 }))
+  } catch (error) {
+    for (const qp of qps) qp.close()
+    cq.close()
+    throw error
+  }
+  return { cq, qps }
+}
+
+function checkHello(message: HelloMessage, expected: number | undefined): void {
+  if (message.p !== PROTOCOL) throw protocolError(`The peer speaks transfer protocol ${message.p}, this agent ${PROTOCOL}`)
+  if (typeof message.agent !== 'string' || !Array.isArray(message.qps) || message.qps.length < 1 || message.qps.length > MAX_QPS) {
+    throw protocolError('The peer sent a malformed handshake')
+  }
+  if (expected !== undefined && message.qps.length !== expected) throw protocolError(`The peer offered ${message.qps.length} QPs for ${expected}`)
+}
+
+/** Exchanges the tables (both ways at once: neither side waits on the other's receives). */
+async function exchangeTables(conn: Connection, settings: LinkSettings, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
+  const sent = settings.table()
+  await Promise.all([
+    sendTable(conn, sent.entries, sent.version, timeoutMs),
+    receiveTable(conn, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v)),
+  ])
+  return sent
+}
+
+/** A handshake step failed: a flushed receive or send means the peer closed the connection. */
+function handshakeError(error: unknown): unknown {
+  const code = (error as RdmaError)?.code
+  if (code !== 'WR_FLUSH_ERR' && code !== 'ERR_QP_STATE') return error
+  return new RdmaError('The peer closed the connection during the handshake', { code: 'ECONNRESET', cause: error })
+}
+
+/** Connects to the agent at host:port and sets up a link (the connecting side). */
+export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
+  const deadline = Date.now() + timeoutMs
+  const left = () => Math.max(1, deadline - Date.now())
+  const conn = await connect({ host, port, pd: settings.pd, privateData: CONNECT_TAG, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
+  let data: { cq: CompletionQueue; qps: QueuePair[] } | undefined
+  try {
+    data = dataQps(settings, settings.qps)
+    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
+    const welcome = await expectMessage<HelloMessage>(conn, 'welcome', left())
+    checkHello(welcome, settings.qps)
+    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!)
+    const remote = new RemoteTable()
+    const sent = await exchangeTables(conn, settings, remote, left())
+    const link = new Link(conn, data.cq, data.qps, remote, welcome.agent, String(welcome.name), settings.batchWrs)
+    link.sentTable = sent
+    return link
+  } catch (error) {
+    for (const qp of data?.qps ?? []) qp.close()
+    data?.cq.close()
+    conn.close()
+    throw handshakeError(error)
+  }
+}
+
+/** Answers a connect request (the listening side); a request that is not an agent's is rejected. */
+export async function acceptLink(settings: LinkSettings, request: ConnectionRequest, timeoutMs: number): Promise<Link> {
+  const tag = request.privateData?.subarray(0, CONNECT_TAG.length)
+  if (!tag || !CONNECT_TAG.equals(tag)) {
+    request.reject()
+    throw protocolError('A connect request without the transfer protocol tag was rejected')
+  }
+  const deadline = Date.now() + timeoutMs
+  const left = () => Math.max(1, deadline - Date.now())
+  const conn = await request.accept({ pd: settings.pd, receiveJson: true, timeoutMs })
+  let data: { cq: CompletionQueue; qps: QueuePair[] } | undefined
+  try {
+    const hello = await expectMessage<HelloMessage>(conn, 'hello', left())
+    checkHello(hello, undefined)
+    data = dataQps(settings, hello.qps.length)
+    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!)
+    await conn.sendJson({ t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
+    const remote = new RemoteTable()
+    const sent = await exchangeTables(conn, settings, remote, left())
+    const link = new Link(conn, data.cq, data.qps, remote, hello.agent, String(hello.name), settings.batchWrs)
+    link.sentTable = sent
+    return link
+  } catch (error) {
+    for (const qp of data?.qps ?? []) qp.close()
+    data?.cq.close()
+    conn.close()
+    throw handshakeError(error)
+  }
+}
