@@ -42,6 +42,7 @@ export class Segment {
   /** @internal */
   withdraw(): void { this.#withdrawn = true }
 
+  /** @internal the wire form sent to peers */
   entry(): SegmentEntry {
     const d = this.region.describe()
     return [this.name, d.addr, d.rkey, this.region.length, this.rights]
