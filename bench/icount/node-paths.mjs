@@ -1,0 +1,85 @@
+// Guest side of `npm run bench -- icount`: each path of the library, warmed
+// up, then run N times between two icount markers (bench/icount/marker.c).
+// Prints one line per region, in order: `@icount {"label", "n", "us", ...}`
+// (µs per operation: the N operations timed as a whole; under the plugin the
+// guest runs slower, so only ratios mean something).
+//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--only label,...]
+import { createRequire } from 'node:module'
+import { performance } from 'node:perf_hooks'
+import { openDevice } from '../../dist/index.js'
+import { connectedPair } from '../pair.mjs'
+import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
+import { WrOpcode, SendFlags } from '../../dist/constants.js'
+
+const args = process.argv.slice(2)
+const { mark } = createRequire(import.meta.url)(args[0])
+const opt = (name, fallback) => { const i = args.indexOf(name); return i < 0 ? fallback : args[i + 1] }
+const N = Number(opt('--n', 4000))
+const only = opt('--only', undefined)?.split(',')
+
+const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
+const busy = await connectedPair(device, 'busy')
+const event = await connectedPair(device, 'event')
+
+/** The raw path: encode one READ into a Uint32Array, post it, poll until its completion. */
+function rawRead({ c, s }) {
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const enc = new WorkRequestEncoder()
+  const qp = c.qp.handle, cq = c.cq.handle
+  let wrId = 1e9
+  let polls = 0
+  const one = () => {
+    enc.reset()
+    enc.addSend({ wrId: wrId++, opcode: WrOpcode.RdmaRead, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }], remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey })
+    qp.postSend(enc.buffer, enc.count)
+    for (;;) { polls++; if (cq.poll() > 0) break }
+  }
+  return { sync: one, stats: () => ({ polls }) }
+}
+
+function paths() {
+  const { c, s } = busy
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const atomicRemote = s.mr.asRemote().slice(64, 8)
+  const ev = { local: event.c.mr.slice(0, 8), remote: event.s.mr.asRemote().slice(0, 8) }
+  const batch = Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
+  return [
+    { label: 'raw read: encode + postSend + poll', ...rawRead(busy) },
+    { label: 'empty poll: cq.poll()', sync: () => c.cq.poll() },
+    { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll() },
+    { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
+    { label: 'await qp.write() (busy CQ)', async: () => c.qp.write(local, remote) },
+    { label: 'await qp.read() (event CQ)', async: () => event.c.qp.read(ev.local, ev.remote) },
+    { label: 'postBatch of 32 writes, per write', async: () => c.qp.postBatch(batch), per: 32 },
+    { label: 'await qp.compareAndSwap()', async: () => c.qp.compareAndSwap(atomicRemote, 0n, 0n) },
+    { label: 'await qp.fetchAndAdd()', async: () => c.qp.fetchAndAdd(atomicRemote, 1n) },
+  ]
+}
+
+async function runPath(path, n) {
+  if (path.sync) {
+    const f = path.sync
+    for (let i = 0; i < n; i++) f()
+  } else {
+    const f = path.async
+    for (let i = 0; i < n; i++) await f()
+  }
+}
+
+for (const path of paths()) {
+  if (only && !only.some((o) => path.label.includes(o))) continue
+  const per = path.per ?? 1
+  const n = Math.max(50, Math.round(N / per))
+  await runPath(path, n) // warm-up: V8 optimizes the path before it is counted
+  await runPath(path, n)
+  const before = path.stats?.()
+  const t0 = performance.now()
+  mark(1)
+  await runPath(path, n)
+  mark(2)
+  const us = ((performance.now() - t0) * 1000) / (n * per)
+  const after = path.stats?.()
+  const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
+  console.log('@icount ' + JSON.stringify({ label: path.label, n: n * per, us, ...extra }))
+}
+device.close()
