@@ -20,7 +20,9 @@ const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 const src = join(here, 'icount')
 const build = join(src, 'build')
-const PERFTEST_N = 2000 // perftest runs twice (N and 2N) inside regions: (R(2N) - R(N)) / N removes its setup
+const PERFTEST_N = 3000 // perftest's client runs twice (N and 3N iterations) inside regions: (R(3N) - R(N)) / 2N removes its setup
+
+const DISCARDED = '(discarded)'
 
 function option(argv, name, fallback) {
   const i = argv.indexOf(name)
@@ -33,7 +35,7 @@ function sh(cmd, args) {
 }
 
 /** Builds the plugin, the marker module and the C loop (plain gcc: the toolchain node-gyp needs anyway). */
-function buildTools() {
+export function buildTools() {
   mkdirSync(build, { recursive: true })
   sh('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', join(build, 'icount-plugin.so'), join(src, 'plugin.c'), '-lpthread'])
   const nodeInclude = resolve(dirname(process.execPath), '..', 'include', 'node')
@@ -61,17 +63,19 @@ function parseRegions(text) {
   })
 }
 
-/** Per-operation rows: a label seen once is R/n; seen at n and 2n (perftest) it is (R(2n) - R(n)) / n. */
+/** Per-operation rows: a label seen once is R/n; seen twice, at n1 < n2 (perftest), it is (R(n2) - R(n1)) / (n2 - n1). */
 export function rows(labels, regions) {
   const byLabel = new Map()
   labels.forEach((l, i) => {
+    if (l.label === DISCARDED) return
     if (!byLabel.has(l.label)) byLabel.set(l.label, [])
     byLabel.get(l.label).push({ ...l, ...regions[i] })
   })
   return [...byLabel.values()].map((runs) => {
-    if (runs.length === 2 && runs[1].n === 2 * runs[0].n) {
+    if (runs.length === 2 && runs[1].n > runs[0].n) {
       const [a, b] = runs
-      return { label: a.label, n: a.n, user: (b.user - a.user) / a.n, kernel: (b.kernel - a.kernel) / a.n, us: b.us }
+      const n = b.n - a.n
+      return { label: a.label, n, user: (b.user - a.user) / n, kernel: (b.kernel - a.kernel) / n, us: b.us }
     }
     const r = runs[runs.length - 1]
     return { label: r.label, n: r.n, user: r.user / r.n, kernel: r.kernel / r.n, us: r.us, polls: r.polls }
@@ -111,7 +115,7 @@ function forward(cmd, args, onLine = (line) => line.startsWith('@icount ') && pr
 
 async function guest(argv) {
   const { mark } = createRequire(import.meta.url)(join(build, 'marker.node'))
-  const { perftest, roceV2Ipv4GidIndex } = await import('./perftest.mjs')
+  const { PERFTEST, parse, run, roceV2Ipv4GidIndex } = await import('./perftest.mjs')
   const device = process.env.SOFTROCE_DEVICE || 'rxe0'
   const addr = process.env.SOFTROCE_ADDR || '127.0.0.1'
   const gidIndex = roceV2Ipv4GidIndex(device)
@@ -119,12 +123,28 @@ async function guest(argv) {
   const only = option(argv, '--only', undefined)
   const emit = (o) => process.stdout.write('@icount ' + JSON.stringify(o) + '\n')
 
-  // perftest: the same tool run for N and 2N iterations, each inside a region.
+  // perftest: the server is started and left to listen, then the client runs
+  // inside a region, for N and for 3N iterations.
+  let port = 19515
   const perf = async (label, test) => {
-    for (const iters of [PERFTEST_N, 2 * PERFTEST_N]) {
-      mark(1)
-      const r = await perftest({ test, size: 8, iters, txDepth: 1, device, gidIndex, addr })
-      mark(2)
+    const [tool, ...extra] = PERFTEST[test]
+    for (const iters of [PERFTEST_N, 3 * PERFTEST_N]) {
+      const args = [...extra, '-d', device, '-x', String(gidIndex), '-F', '-p', String(port++), '-n', String(iters)]
+      if (test.endsWith('_bw')) args.push('-t', '1')
+      else args.push('-s', '8')
+      const server = run(tool, args, 300_000)
+      let client
+      for (let attempt = 0; attempt < 20; attempt++) {
+        await new Promise((r) => setTimeout(r, attempt === 0 ? 3000 : 1000))
+        mark(1)
+        client = await run(tool, [...args, addr], 300_000)
+        mark(2)
+        if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
+        emit({ label: DISCARDED, n: iters }) // the server was not listening yet
+      }
+      await server
+      const r = parse(client.out)
+      if (!r) throw new Error(`${tool} gave no result:\n${client.out}`)
       emit({ label, n: iters, us: r.kind === 'lat' ? r.tTypical : 1 / r.mpps })
     }
   }

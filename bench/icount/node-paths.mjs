@@ -42,7 +42,8 @@ function paths() {
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   const atomicRemote = s.mr.asRemote().slice(64, 8)
   const ev = { local: event.c.mr.slice(0, 8), remote: event.s.mr.asRemote().slice(0, 8) }
-  const batch = Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
+  const batchOf = ({ c, s }) => Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
+  const batch = batchOf(busy), eventBatch = batchOf(event)
   return [
     { label: 'raw read: encode + postSend + poll', ...rawRead(busy) },
     { label: 'empty poll: cq.poll()', sync: () => c.cq.poll() },
@@ -50,7 +51,9 @@ function paths() {
     { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
     { label: 'await qp.write() (busy CQ)', async: () => c.qp.write(local, remote) },
     { label: 'await qp.read() (event CQ)', async: () => event.c.qp.read(ev.local, ev.remote) },
-    { label: 'postBatch of 32 writes, per write', async: () => c.qp.postBatch(batch), per: 32 },
+    { label: 'await qp.write() (event CQ)', async: () => event.c.qp.write(ev.local, ev.remote) },
+    { label: 'postBatch of 32 writes, per write (busy CQ)', async: () => c.qp.postBatch(batch), per: 32 },
+    { label: 'postBatch of 32 writes, per write (event CQ)', async: () => event.c.qp.postBatch(eventBatch), per: 32 },
     { label: 'await qp.compareAndSwap()', async: () => c.qp.compareAndSwap(atomicRemote, 0n, 0n) },
     { label: 'await qp.fetchAndAdd()', async: () => c.qp.fetchAndAdd(atomicRemote, 1n) },
   ]
