@@ -43,14 +43,21 @@ export function buildTools() {
   sh('gcc', ['-O2', '-Wall', '-o', join(build, 'verbs-loop'), join(src, 'verbs-loop.c'), '-libverbs'])
 }
 
-/** A qemu-system-x86_64 first in PATH that loads the plugin, writing to `out`. */
-function qemuWrapper(out, profile) {
+/** A qemu-system-x86_64 to put first in PATH: loads the plugin writing to `out` (none without `out`). */
+export function qemuWrapper(out, profile) {
   const real = spawnSync('sh', ['-c', 'command -v qemu-system-x86_64'], { encoding: 'utf8' }).stdout.trim()
   if (!real) throw new Error('qemu-system-x86_64 not found (bash scripts/softroce.sh provision installs it)')
-  const bin = join(build, 'qbin')
+  const bin = join(build, out ? 'qbin' : 'qbin-plain')
   mkdirSync(bin, { recursive: true })
-  const plugin = `${join(build, 'icount-plugin.so')},out=${out}${profile ? ',profile=on' : ''}`
-  writeFileSync(join(bin, 'qemu-system-x86_64'), `#!/bin/sh\nexec ${real} -plugin ${plugin} "$@"\n`)
+  const plugin = out ? `-plugin ${join(build, 'icount-plugin.so')},out=${out}${profile ? ',profile=on' : ''}` : ''
+  // no_timer_check: on a loaded host the guest kernel's IO-APIC timer check can fail and panic at boot.
+  writeFileSync(join(bin, 'qemu-system-x86_64'), `#!/bin/bash
+args=()
+while (($#)); do
+  if [[ $1 == -append ]]; then args+=("$1" "$2 no_timer_check"); shift 2; else args+=("$1"); shift; fi
+done
+exec ${real} ${plugin} "\${args[@]}"
+`)
   chmodSync(join(bin, 'qemu-system-x86_64'), 0o755)
   return bin
 }
@@ -171,7 +178,7 @@ async function host(argv) {
   const bin = qemuWrapper(log, argv.includes('--profile'))
   const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
     process.execPath, fileURLToPath(import.meta.url), '--guest', ...argv],
-  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
+  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
   let out = ''
   child.stdout.on('data', (d) => { out += d })
   const code = await new Promise((r) => child.on('close', r))

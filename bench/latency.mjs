@@ -102,11 +102,12 @@ export function markdown(rows) {
 }
 
 async function host(argv) {
-  const { buildTools } = await import('./icount.mjs')
+  const { buildTools, qemuWrapper } = await import('./icount.mjs')
   buildTools()
+  const bin = qemuWrapper() // no plugin: only the boot fix (no_timer_check)
   const p = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
     process.execPath, fileURLToPath(import.meta.url), '--guest', ...argv],
-  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', ...process.env } })
+  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
   let out = ''
   p.stdout.on('data', (d) => { out += d })
   const code = await new Promise((r) => p.on('close', r))

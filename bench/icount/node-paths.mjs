@@ -37,6 +37,25 @@ function rawRead({ c, s }) {
   return { sync: one, stats: () => ({ polls }) }
 }
 
+/** The raw path as the library now takes it: addOne into a buffer bound once to a plain post function that polls in the same call. */
+function rawBoundRead({ c, s }) {
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const enc = new WorkRequestEncoder()
+  const post = c.qp.handle.sendPoster(enc.buffer, c.cq.handle)
+  const poll = c.cq.handle.poller()
+  const address = local.address, lkey = local.lkey, lo = remote.addrLo, hi = remote.addrHi, rkey = remote.rkey
+  let wrId = 2e9
+  let polls = 0
+  const one = () => {
+    enc.reset()
+    enc.addOne(wrId++, WrOpcode.RdmaRead, SendFlags.Signaled, address, 8, lkey, lo, hi, rkey, 0)
+    polls++
+    if (post(0, 1, 1) > 0) return
+    for (;;) { polls++; if (poll() > 0) break }
+  }
+  return { sync: one, stats: () => ({ polls }) }
+}
+
 function paths() {
   const { c, s } = busy
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
@@ -45,7 +64,8 @@ function paths() {
   const batchOf = ({ c, s }) => Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
   const batch = batchOf(busy), eventBatch = batchOf(event)
   return [
-    { label: 'raw read: encode + postSend + poll', ...rawRead(busy) },
+    { label: 'raw read: encode + postSend + poll (ObjectWrap methods)', ...rawRead(busy) },
+    ...(typeof c.qp.handle.sendPoster === 'function' ? [{ label: 'raw read: addOne + bound post(wordStart, 1, poll)', ...rawBoundRead(busy) }] : []),
     { label: 'empty poll: cq.poll()', sync: () => c.cq.poll() },
     { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll() },
     { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
