@@ -79,30 +79,35 @@ function paths() {
   ]
 }
 
-async function runPath(path, n) {
-  if (path.sync) {
-    const f = path.sync
-    for (let i = 0; i < n; i++) f()
-  } else {
-    const f = path.async
-    for (let i = 0; i < n; i++) await f()
-  }
+/**
+ * A loop of its own for each path (a fresh function, so its own feedback and
+ * optimized code): one loop shared by every path turns polymorphic, and V8's
+ * background compiler then recompiles it inside the counted regions.
+ */
+function loopFor(path) {
+  // eslint-disable-next-line no-new-func
+  return path.sync ? new Function('f', 'n', 'for (let i = 0; i < n; i++) f()').bind(null, path.sync)
+    : new Function('f', 'n', 'return (async () => { for (let i = 0; i < n; i++) await f() })()').bind(null, path.async)
 }
 
 for (const path of paths()) {
   if (only && !only.some((o) => path.label.includes(o))) continue
   const per = path.per ?? 1
   const n = Math.max(50, Math.round(N / per))
-  await runPath(path, n) // warm-up: V8 optimizes the path before it is counted
-  await runPath(path, n)
-  const before = path.stats?.()
-  const t0 = performance.now()
-  mark(1)
-  await runPath(path, n)
-  mark(2)
-  const us = ((performance.now() - t0) * 1000) / (n * per)
-  const after = path.stats?.()
-  const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
-  console.log('@icount ' + JSON.stringify({ label: path.label, n: n * per, us, ...extra }))
+  const run = loopFor(path)
+  await run(n) // warm-up: V8 optimizes the path before it is counted
+  await run(n)
+  // Counted twice: the host keeps the smaller (a background compile may land in one).
+  for (let twice = 0; twice < 2; twice++) {
+    const before = path.stats?.()
+    const t0 = performance.now()
+    mark(1)
+    await run(n)
+    mark(2)
+    const us = ((performance.now() - t0) * 1000) / (n * per)
+    const after = path.stats?.()
+    const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
+    console.log('@icount ' + JSON.stringify({ label: path.label, n: n * per, us, ...extra }))
+  }
 }
 device.close()
