@@ -13,6 +13,7 @@
         "native/completion_queue.cc",
         "native/work_request.cc",
         "native/queue_pair.cc",
+        "native/hot_path.cc",
         "native/shared_receive_queue.cc",
         "native/address_handle.cc",
         "native/memory_window.cc",

@@ -51,17 +51,19 @@ let nextPort = 18515 + Math.floor(Math.random() * 1000)
  * client against `addr` (retried while the server is not listening yet).
  * Returns the parsed result row, or throws with the tool's output.
  */
-export async function perftest({ test, size, iters, txDepth, device, gidIndex, addr, timeoutMs = 60_000 }) {
+export async function perftest({ test, size, iters, txDepth, device, gidIndex, addr, timeoutMs = 60_000, wrap = [] }) {
   const [tool, ...extra] = PERFTEST[test]
   const port = String(nextPort++)
   const args = [...extra, '-d', device, '-x', String(gidIndex), '-F', '-p', port, '-n', String(iters)]
   if (!test.startsWith('atomic')) args.push('-s', String(size))
   if (test.endsWith('_bw')) args.push('-t', String(Math.max(1, Math.min(txDepth, iters))))
-  const server = run(tool, args, timeoutMs)
+  // `wrap`: a command prefix for both ends, e.g. ['chrt', '-f', '50'].
+  const exec = (a) => (wrap.length ? run(wrap[0], [...wrap.slice(1), tool, ...a], timeoutMs) : run(tool, a, timeoutMs))
+  const server = exec(args)
   let client
   for (let attempt = 0; attempt < 20; attempt++) {
     await sleep(attempt === 0 ? 300 : 500)
-    client = await run(tool, [...args, addr], timeoutMs)
+    client = await exec([...args, addr])
     if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
   }
   const srv = await server

@@ -263,6 +263,8 @@ async function main() {
   const argv = process.argv.slice(2)
   // `npm run bench -- locks`: the lock-table benchmark (bench/locks.mjs).
   if (argv[0] === 'locks') return (await import('./locks.mjs')).main(argv.slice(1))
+  if (argv[0] === 'icount') return (await import('./icount.mjs')).main(argv.slice(1)) // instructions per operation
+  if (argv[0] === 'latency') return (await import('./latency.mjs')).main(argv.slice(1)) // small-message time ratios
   const opts = parseArgs(argv)
   if (opts.fromLog) {
     const results = extract(readFileSync(opts.fromLog, 'utf8'))

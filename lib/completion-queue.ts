@@ -4,7 +4,7 @@
 // latency.
 import { performance } from 'node:perf_hooks'
 import { COMPLETION_WORDS, native, type NativeCompletionQueue } from './native.js'
-import { call, errnoName, RdmaError } from './errors.js'
+import { call, errnoName, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import type { CompletionEntry, Pending } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
@@ -47,6 +47,8 @@ export class CompletionQueue extends Resource {
   readonly device: Device
   readonly pollMode: 'event' | 'busy'
   readonly #words: Uint32Array
+  /** The native poll, bound to this CQ (no unwrap per call). */
+  readonly #poll: () => number
   readonly #spinMs: number
   readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
   readonly #capacity: number
@@ -98,6 +100,7 @@ export class CompletionQueue extends Resource {
     // Busy polling finds completions from the loop while requests wait: the
     // channel need not wake it (each wakeup costs syscalls).
     if (this.pollMode === 'busy') this.handle.setRearm(false)
+    this.#poll = this.handle.poller()
     this.credits = new WorkQueueSlots(this.handle.entries)
     this.adoptedBy(device)
     this.kernelHandle = this.handle.handle
@@ -174,7 +177,8 @@ export class CompletionQueue extends Resource {
     this.assertOpen()
     let total = 0
     for (;;) {
-      const n = call(() => this.handle.poll())
+      let n: number
+      try { n = this.#poll() } catch (error) { throw fromNative(error) }
       if (n > 0) this.#dispatch(n)
       total += n
       if (n < this.#capacity) return total
@@ -189,13 +193,25 @@ export class CompletionQueue extends Resource {
    * for a turn of the event loop. Bounded by INLINE_BUDGET per loop turn.
    */
   pollAfterPost(): void {
-    if (this.#dispatching || this.#inlineBudget <= 0 || this.closed || this.#pending === 0) return
+    if (!this.mayPollInline()) return
     let n: number
     try {
-      n = this.handle.poll()
-      if (n === 0 && this.pollMode === 'busy' && this.#pending === 1 && this.#spinMs > 0) n = this.#spinOnce()
+      n = this.#poll()
     } catch {
       return // reported by the regular (channel or busy) path
+    }
+    this.polledAfterPost(n)
+  }
+
+  /** @internal Whether a post may poll this queue right after (the post function then polls in the same native call). */
+  mayPollInline(): boolean {
+    return !this.#dispatching && this.#inlineBudget > 0 && this.#pending !== 0 && !this.closed
+  }
+
+  /** @internal A post polled `n` completions into the output right after posting (mayPollInline() said it could). */
+  polledAfterPost(n: number): void {
+    if (n === 0 && this.pollMode === 'busy' && this.#pending === 1 && this.#spinMs > 0) {
+      try { n = this.#spinOnce() } catch { return }
     }
     if (n === 0) return
     this.#inlineBudget--
@@ -215,7 +231,7 @@ export class CompletionQueue extends Resource {
   #spinOnce(): number {
     const deadline = performance.now() + this.#spinMs
     for (let i = 1; ; i++) {
-      const n = this.handle.poll()
+      const n = this.#poll()
       if (n !== 0) return n
       if ((i & 15) === 0 && performance.now() >= deadline) return 0
     }
@@ -240,7 +256,7 @@ export class CompletionQueue extends Resource {
   readonly #drain = (): void => {
     this.#drainScheduled = false
     if (this.closed) return
-    const n = this.handle.poll()
+    const n = this.#poll()
     if (n !== 0) this.#dispatch(n)
   }
 

@@ -23,11 +23,15 @@ export interface NativeMemoryRegion {
   isDetached(): boolean
   close(): void
 }
+/** post(wordStart, count, poll): posts `count` encoded send WRs from wordStart of the bound buffer; with poll 1, polls the CQ once after and returns what it polled. */
+export type PostFunction = (wordStart: number, count: number, poll: number) => number
 export interface NativeCompletionQueue {
   readonly entries: number
   /** The kernel handle (CQ_ERR events name the CQ by it). */
   readonly handle: number
   poll(): number
+  /** A plain function bound to this CQ that does what poll() does, without unwrapping the object on each call. */
+  poller(): () => number
   setWaiting(waiting: boolean): void
   setRearm(rearm: boolean): void
   /** Test hook: handles the channel as if polling its fd had failed. */
@@ -41,6 +45,8 @@ export interface NativeQueuePair {
   modify(attrs: Record<string, unknown>): void
   query(): Record<string, unknown>
   postSend(words: Uint32Array, count: number): void
+  /** A plain post function bound to this QP, `words` (kept alive) and the CQ it polls after posting. */
+  sendPoster(words: Uint32Array, cq?: NativeCompletionQueue): PostFunction
   postRecv(words: Uint32Array, count: number): void
   bindMemoryWindow(mw: NativeMemoryWindow, mr: NativeMemoryRegion, address: number, length: number,
     access: number, wrIdLo: number, wrIdHi: number, sendFlags: number): number

@@ -52,6 +52,8 @@ export function allocateWrIds(count: number): number {
 export class Pending {
   settled = false
   finished = false
+  /** Where its work requests start in the send buffer (sends gathered in one turn). */
+  wordStart = 0
   #timer: NodeJS.Timeout | undefined
   #signal: AbortSignal | undefined
   #onAbort: (() => void) | undefined

@@ -1,6 +1,6 @@
 // Queue pairs: connection setup (INIT -> RTR -> RTS) from a JSON-safe
 // endpoint, and every operation as a promise that settles on its completion.
-import { native, type NativeQueuePair } from './native.js'
+import { native, type NativeQueuePair, type PostFunction } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
@@ -55,9 +55,16 @@ const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, srq }) =>
 /** Sends gathered during one turn of the event loop, posted together. */
 class SendBatch {
   readonly encoder = new WorkRequestEncoder()
-  entries: Array<{ pending: Pending; count: number; wordStart: number }> = []
+  /** The requests encoded, in order; each knows where its words start (Pending.wordStart). */
+  readonly pendings: Pending[] = []
   wrs = 0
+  /** The native post function bound to `bound` (the encoder's buffer, replaced when it grows). */
+  post: PostFunction | undefined
+  bound: Uint32Array | undefined
 }
+
+/** Runs `fn` at the end of the current microtask checkpoint (cheaper than queueMicrotask, which wraps each call in an AsyncResource). */
+const RESOLVED = Promise.resolve()
 
 export interface QueuePairOptions {
   type?: QpTypeName
@@ -152,6 +159,9 @@ export type BatchOperation =
   | { op: 'write'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice; immediate?: number; inline?: boolean }
   | { op: 'read'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice }
   | { op: 'send'; local: LocalSlice | readonly LocalSlice[]; immediate?: number; inline?: boolean; dest?: SendOptions['dest'] }
+  /** The value before the operation lands in `local` (8 bytes, little-endian as the device writes it). */
+  | { op: 'compareAndSwap'; local: LocalSlice; remote: RemoteSlice; compare: bigint; swap: bigint }
+  | { op: 'fetchAndAdd'; local: LocalSlice; remote: RemoteSlice; add: bigint }
 
 export interface BatchOptions extends WaitOptions {
   /** 'last' (default): one signaled completion for the whole batch. 'each': one per work request. */
@@ -236,8 +246,7 @@ export class QueuePair extends Resource {
   #state: QpStateName = 'RESET'
   #error: RdmaError | undefined
   readonly #gidIndex: number | undefined
-  readonly #outstanding = new Set<Pending>()
-  /** @internal PendingOwner: requests in flight by the wr_id of their last work request. */
+  /** @internal PendingOwner: requests in flight by the wr_id of their last work request (every request in flight is here). */
   readonly pendings = new Map<number, Pending>()
   #orphaned = 0
   readonly #sendSlots: WorkQueueSlots
@@ -301,7 +310,7 @@ export class QueuePair extends Resource {
   get error(): RdmaError | undefined { return this.#error }
 
   /** Requests in flight on this QP. */
-  get outstanding(): number { return this.#outstanding.size }
+  get outstanding(): number { return this.pendings.size }
 
   /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
   get orphanedReceives(): number { return this.#orphaned }
@@ -445,15 +454,17 @@ export class QueuePair extends Resource {
     return new Promise((resolve, reject) => {
       try {
         if (!Array.isArray(operations) || operations.length === 0) throw typeError('a non-empty array of operations', 'operations', operations)
-        const o = optionalObject(options, 'options')
-        const wait = waitOptions(o)
-        const mode = oneOf(o.completions, 'options.completions', ['last', 'each'] as const, 'last')
+        const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
+        const wait = o === NO_OPTIONS ? NO_OPTIONS : waitOptions(o)
+        const mode = o.completions === undefined ? 'last' : oneOf(o.completions, 'options.completions', ['last', 'each'] as const, 'last')
         const baseFlags = (o.fence ? SendFlags.Fence : 0) | (o.solicited ? SendFlags.Solicited : 0)
+        if (this.#simpleBatch(operations, wait, mode, baseFlags, resolve, reject)) return
         const wrs = operations.map((op, i) => {
           // Argument names are only built when a check fails.
           const record = typeof op === 'object' && op !== null && !Array.isArray(op) ? op as unknown as Record<string, unknown> : object(op, opNameOf(i))
-          const kind = record.op === 'write' || record.op === 'read' || record.op === 'send' ? record.op
-            : oneOf(record.op, `${opNameOf(i)}.op`, ['write', 'read', 'send'] as const)
+          const kind = record.op === 'write' || record.op === 'read' || record.op === 'send' || record.op === 'compareAndSwap' || record.op === 'fetchAndAdd' ? record.op
+            : oneOf(record.op, `${opNameOf(i)}.op`, ['write', 'read', 'send', 'compareAndSwap', 'fetchAndAdd'] as const)
+          if (kind === 'compareAndSwap' || kind === 'fetchAndAdd') return this.#batchAtomicWr(kind, record, i, baseFlags)
           return this.#sendWr(kind, record.local, record.remote, record, i, baseFlags)
         })
         const regions = wrs.flatMap((w) => w.regions)
@@ -474,6 +485,70 @@ export class QueuePair extends Resource {
         reject(error)
       }
     })
+  }
+
+  /**
+   * The hot path of postBatch(): every operation a write or read of one slice
+   * with no immediate or inline data, none over the max message size. Each is
+   * checked as #sendWr checks it and encoded straight into the send buffer (no
+   * work request objects). Returns false (nothing done) when an operation is
+   * not that simple or fails a check: the general path then says why.
+   */
+  #simpleBatch(operations: readonly BatchOperation[], wait: WaitOptions, mode: 'last' | 'each', baseFlags: number,
+    resolve: () => void, reject: (error: Error) => void): boolean {
+    const n = operations.length
+    const locals: LocalSlice[] = new Array(n)
+    const remotes: RemoteSlice[] = new Array(n)
+    const regions: MemoryRegion[] = new Array(n)
+    const isRead: boolean[] = new Array(n)
+    for (let i = 0; i < n; i++) {
+      const op = operations[i] as { op?: unknown; local?: unknown; remote?: unknown; immediate?: unknown; inline?: unknown }
+      if (typeof op !== 'object' || op === null) return false
+      const local = op.local
+      const remote = op.remote
+      const read = op.op === 'read'
+      if ((!read && op.op !== 'write') || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) ||
+        op.immediate !== undefined || (op.inline !== undefined && op.inline !== false)) return false
+      const region = local.region
+      if (region.pd !== this.pd || remote.length !== local.length || local.length > this.#maxMessage ||
+        (read ? this.type !== 'RC' : this.type === 'UD')) return false
+      try { region.assertUsable() } catch { return false }
+      locals[i] = local
+      remotes[i] = remote
+      regions[i] = region
+      isRead[i] = read
+    }
+    const verb = n === 1 ? (isRead[0] ? 'read' : 'write') : 'batch'
+    this.#submit('send', verb, n, regions, wait, resolve, reject, noResult, (first, enc) => {
+      for (let i = 0; i < n; i++) {
+        const local = locals[i]!
+        const remote = remotes[i]!
+        const flags = mode === 'each' || i === n - 1 ? baseFlags | SendFlags.Signaled : baseFlags
+        enc.addOne(first + i, isRead[i] ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, flags, local.region.address + local.offset, local.length,
+          local.region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+      }
+    })
+    return true
+  }
+
+  /** An atomic of a batch: its old value lands in `local` (8 bytes of a region of this PD). */
+  #batchAtomicWr(kind: 'compareAndSwap' | 'fetchAndAdd', record: Record<string, unknown>, index: number, baseFlags: number): { wr: SendWr; regions: MemoryRegion; length: number } {
+    const name = opNameOf(index)
+    if (this.type !== 'RC') throw new RdmaError(`${kind} needs an RC QP`, { code: 'ERR_QP_TYPE' })
+    const local = instance(record.local, `${name}.local`, LocalSlice)
+    if (local.length !== 8) throw rangeError('a local slice of 8 bytes', `${name}.local.length`, local.length)
+    local.region.assertUsable()
+    if (local.region.pd !== this.pd) throw wrongPd(`${name}.local`)
+    const remote = record.remote
+    if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice', `${name}.remote`, remote)
+    if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', `${name}.remote.length`, remote.length)
+    const compareAdd = kind === 'compareAndSwap' ? uint64(record.compare, `${name}.compare`) : uint64(record.add, `${name}.add`)
+    const swap = kind === 'compareAndSwap' ? uint64(record.swap, `${name}.swap`) : 0n
+    const wr: SendWr = {
+      wrId: 0, opcode: kind === 'compareAndSwap' ? WrOpcode.AtomicCmpAndSwp : WrOpcode.AtomicFetchAndAdd, flags: baseFlags,
+      sges: [{ address: local.address, length: 8, lkey: local.lkey }], remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
+    }
+    return { wr, regions: local.region, length: 8 }
   }
 
   /**
@@ -561,29 +636,39 @@ export class QueuePair extends Resource {
           local = this.pd.takeAtomicSlot()
           owned = true
         }
-        const wr: SendWr = {
-          wrId: 0, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }],
-          remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
-        }
         const pd = this.pd
+        let wrId = 0 // set once the request has its wr_id (it may be posted)
         const giveBack = (): void => { // at most once: a slot in the free list twice would be shared
           if (owned) pd.returnAtomicSlot(local)
           owned = false
         }
+        const done = (): void => { // the entry is not kept: the value is read from the slot
+          const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
+          giveBack()
+          resolve(value)
+        }
+        const failed = (error: Error): void => {
+          // After a timeout or abort of a posted request (it has a wr_id) the device may still write the slot.
+          const code = (error as RdmaError).code
+          if (wrId === 0 || (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR')) giveBack()
+          reject(error)
+        }
+        if (wait === NO_OPTIONS && this.#takeSendSlotNow()) {
+          // The hot path: written straight into the send buffer, no work request object.
+          wrId = allocateWrIds(1)
+          const pending = new Pending(this, this.#ledger.send, 'send', verb, wrId, wrId, local.region, done, failed)
+          const batch = this.#sendBatch
+          const at = batch.encoder.addOne(wrId, opcode, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+          batch.encoder.setAtomicOperands(at, compareAdd, swap)
+          pending.wordStart = at
+          return this.#queueSend(batch, pending, 1, NO_OPTIONS)
+        }
+        const wr: SendWr = {
+          wrId: 0, opcode, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }],
+          remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
+        }
         try {
-          this.#submit('send', verb, 1, local.region, wait,
-            (entry: CompletionEntry) => { // the entry is not kept: the value is read from the slot
-              const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
-              giveBack()
-              resolve(value)
-            },
-            (error) => {
-              // After a timeout or abort of a posted request (it has a wr_id) the device may still write the slot.
-              const code = (error as RdmaError).code
-              if (wr.wrId === 0 || (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR')) giveBack()
-              reject(error)
-            },
-            undefined, wr)
+          this.#submit('send', verb, 1, local.region, wait, done, (error) => { wrId = wr.wrId; failed(error) }, undefined, wr)
         } catch (error) {
           giveBack() // refused before it was posted
           throw error
@@ -669,6 +754,10 @@ export class QueuePair extends Resource {
 
   /** One signaled write, read or send: the common case, without batch bookkeeping. */
   #one(kind: 'write' | 'read' | 'send', local: unknown, remote: unknown, options: unknown): Promise<void> {
+    if (options === NO_OPTIONS && kind !== 'send' && local instanceof LocalSlice && remote instanceof RemoteSlice) {
+      const fast = this.#fastOne(kind, local, remote)
+      if (fast !== undefined) return fast
+    }
     return new Promise((resolve, reject) => {
       try {
         const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
@@ -685,6 +774,48 @@ export class QueuePair extends Resource {
         reject(error)
       }
     })
+  }
+
+  /**
+   * The hot path of read() and write(): one slice, default options, a queue
+   * slot and a CQ credit free now. The work request is written straight into
+   * the send buffer. Anything else (including every error) returns undefined
+   * and takes the general path, which checks the same things and says why.
+   */
+  #fastOne(kind: 'write' | 'read', local: LocalSlice, remote: RemoteSlice): Promise<void> | undefined {
+    const region = local.region
+    const length = local.length
+    if (region.pd !== this.pd || remote.length !== length || length > this.#maxMessage ||
+      (kind === 'read' ? this.type !== 'RC' : this.type === 'UD')) return undefined
+    try { region.assertUsable() } catch { return undefined }
+    if (!this.#takeSendSlotNow()) return undefined
+    const wrId = allocateWrIds(1)
+    let pending: Pending
+    const promise = new Promise<void>((resolve, reject) => {
+      pending = new Pending(this, this.#ledger.send, 'send', kind, wrId, wrId, region, resolve, reject, noResult)
+    })
+    const batch = this.#sendBatch
+    pending!.wordStart = batch.encoder.addOne(wrId, kind === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, SendFlags.Signaled,
+      region.address + local.offset, length, region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    this.#queueSend(batch, pending!, 1, NO_OPTIONS)
+    return promise
+  }
+
+  /**
+   * For the hot paths: takes one send slot and one CQ credit if the QP can
+   * post now and both are free without waiting (else takes nothing: the
+   * general path then waits for them, or says why it cannot post).
+   */
+  #takeSendSlotNow(): boolean {
+    if (this.#error !== undefined || this.#state !== 'RTS' || this.closed) return false
+    const slots = this.#sendSlots
+    if (!slots.tryTake(1)) return false
+    if (!this.sendCq.credits.tryTake(1)) {
+      slots.release(1)
+      return false
+    }
+    this.#ledger.send.credits++
+    return true
   }
 
   /**
@@ -781,25 +912,8 @@ export class QueuePair extends Resource {
         this.#unreserve(queue, count)
         return reject(error as Error)
       }
-      pending.track(wait)
-      this.#outstanding.add(pending)
-      batch.entries.push({ pending, count, wordStart })
-      batch.wrs += count
-      // The first send of a turn is posted at once, so a caller sees it on the
-      // wire when the call returns (and may spin on memory for the answer);
-      // so is inline data (the caller may reuse its buffer). Sends that follow
-      // in the same turn are gathered and posted together after it.
-      if (!this.#turnOpen) {
-        this.#turnOpen = true
-        queueMicrotask(this.#closeTurn)
-        return this.#flushSends()
-      }
-      if (batch.encoder.hasInline) return this.#flushSends()
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true
-        queueMicrotask(this.#flushSends)
-      }
-      return
+      pending.wordStart = wordStart
+      return this.#queueSend(batch, pending, count, wait)
     }
     // Receives, and sends that post themselves (memory-window binds).
     const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
@@ -808,7 +922,6 @@ export class QueuePair extends Resource {
       if (custom) this.#flushSends() // keep the send queue's order
       encoder.reset()
       pending.track(wait)
-      this.#outstanding.add(pending)
       if (typeof encode === 'function') {
         encode(first, encoder)
       } else {
@@ -826,48 +939,86 @@ export class QueuePair extends Resource {
     if (queue === 'send') this.sendCq.pollAfterPost()
   }
 
+  /** Tracks an encoded send and posts it now (the first of a turn, or inline data) or with the rest of the turn. */
+  #queueSend(batch: SendBatch, pending: Pending, count: number, wait: WaitOptions): void {
+    pending.track(wait)
+    batch.pendings.push(pending)
+    batch.wrs += count
+    // The first send of a turn is posted at once, so a caller sees it on the
+    // wire when the call returns (and may spin on memory for the answer);
+    // so is inline data (the caller may reuse its buffer). Sends that follow
+    // in the same turn are gathered and posted together after it.
+    if (!this.#turnOpen) {
+      this.#turnOpen = true
+      void RESOLVED.then(this.#closeTurn)
+      return this.#flushSends()
+    }
+    if (batch.encoder.hasInline) return this.#flushSends()
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true
+      void RESOLVED.then(this.#flushSends)
+    }
+  }
+
+  /** Posts `count` work requests of the batch from `wordStart` with one native call; with `poll`, polls the send CQ right after. */
+  #postFrom(batch: SendBatch, wordStart: number, count: number, poll: number): number {
+    const words = batch.encoder.buffer
+    if (batch.bound !== words) { // first use, or the encoder grew: bind the (new) buffer once
+      batch.post = this.handle.sendPoster(words, this.sendCq.handle)
+      batch.bound = words
+    }
+    return batch.post!(wordStart, count, poll)
+  }
+
   /** Posts the sends gathered this turn; a request the provider refuses fails alone. */
   readonly #flushSends = (): void => {
     this.#flushScheduled = false
     const batch = this.#sendBatch
-    if (batch.entries.length === 0) return
+    const entries = batch.pendings
+    if (entries.length === 0) return
     // Swap buffers: sends made while this one is posted (e.g. by requests that
     // were waiting for the slots a refused request frees) go to the other.
     this.#sendBatch = this.#spareBatch
     this.#spareBatch = batch
-    const { entries, wrs: total } = batch
+    const total = batch.wrs
+    const cq = this.sendCq
+    let polled = -1 // completions the post polled; -1: poll separately
     try {
       if (this.closed) return // closing rejected them already
+      const poll = cq.mayPollInline() ? 1 : 0
       let index = 0
       let wrsBefore = 0
       while (index < entries.length) {
         try {
-          this.handle.postSend(batch.encoder.buffer.subarray(entries[index]!.wordStart), total - wrsBefore)
+          const n = this.#postFrom(batch, entries[index]!.wordStart, total - wrsBefore, index === 0 ? poll : 0)
+          if (index === 0 && poll) polled = n
           break
         } catch (cause) {
           const error = fromNative(cause) as RdmaError
           let posted = error.posted ?? 0
-          while (posted >= entries[index]!.count) { // these reached the queue
-            posted -= entries[index]!.count
-            wrsBefore += entries[index]!.count
+          while (posted >= entries[index]!.slots) { // these reached the queue
+            posted -= entries[index]!.slots
+            wrsBefore += entries[index]!.slots
             index++
           }
           const bad = entries[index]!
-          this.#refused(bad.pending, bad.count, error, this.#sendSlots, posted)
-          wrsBefore += bad.count
+          const badCount = bad.slots
+          this.#refused(bad, badCount, error, this.#sendSlots, posted)
+          wrsBefore += badCount
           index++
           if (this.#error) { // the QP failed: the rest cannot be posted
-            for (const rest of entries.slice(index)) this.#refused(rest.pending, rest.count, this.#stateError(rest.pending.verb), this.#sendSlots, 0)
+            for (const rest of entries.slice(index)) this.#refused(rest, rest.slots, this.#stateError(rest.verb), this.#sendSlots, 0)
             break
           }
         }
       }
     } finally {
-      batch.entries = []
+      entries.length = 0
       batch.wrs = 0
       batch.encoder.reset()
     }
-    this.sendCq.pollAfterPost()
+    if (polled >= 0) cq.polledAfterPost(polled)
+    else cq.pollAfterPost()
   }
 
   /** A request the provider refused: `posted` of its work requests reached the queue. */
@@ -896,13 +1047,12 @@ export class QueuePair extends Resource {
   pendingFor(wrId: number): Pending | undefined {
     const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
     if (pending !== undefined) return pending
-    for (const p of this.#outstanding) if (p.contains(wrId)) return p
+    for (const p of this.pendings.values()) if (p.contains(wrId)) return p
     return undefined
   }
 
   /** @internal PendingOwner */
   released(pending: Pending): void {
-    if (!this.#outstanding.delete(pending)) return
     if (pending.queue === 'send') {
       this.#sendSlots.release(pending.slots)
       this.#ledger.send.give(pending.slots)
@@ -938,7 +1088,7 @@ export class QueuePair extends Resource {
    */
   failAll(error: RdmaError): void {
     this.failed(error)
-    for (const pending of [...this.#outstanding]) pending.reject(error)
+    for (const pending of [...this.pendings.values()]) pending.reject(error)
   }
 
   protected override afterClose(): void {
@@ -954,7 +1104,7 @@ export class QueuePair extends Resource {
     // The device is done with every buffer this QP named.
     const error = closedError(this.kind)
     this.#failWaiting(error) // first: the slots abandonAll frees must not let them post
-    abandonAll(this.#outstanding, error)
+    abandonAll(this.pendings.values(), error)
   }
 }
 

@@ -98,6 +98,50 @@ export class WorkRequestEncoder {
     this.count++
   }
 
+  /**
+   * A send work request with at most one SGE (`length` 0: none), written
+   * straight into the words: the hot path builds no wr or sge objects.
+   * `compareAdd` and `swap` are the atomics' operands (as 64-bit words).
+   */
+  addOne(wrId: number, opcode: number, flags: number, address: number, length: number, lkey: number,
+    remoteLo: number, remoteHi: number, rkey: number, immOrRkey: number): number {
+    const n = length > 0 ? 1 : 0
+    const at = this.reserve(SEND_HEADER + n * SGE_WORDS)
+    const w = this.words
+    w[at] = wrId >>> 0
+    w[at + 1] = Math.floor(wrId / TWO_32)
+    w[at + 2] = opcode
+    w[at + 3] = flags
+    if (flags & INLINE) this.hasInline = true
+    w[at + 4] = n
+    w[at + 5] = immOrRkey
+    w[at + 6] = remoteLo
+    w[at + 7] = remoteHi
+    w[at + 8] = rkey
+    w[at + 9] = 0
+    w[at + 10] = 0
+    w[at + 11] = 0
+    w[at + 12] = 0
+    w[at + 13] = 0
+    w[at + 14] = 0
+    w[at + 15] = 0
+    if (n !== 0) {
+      if (length > 0xffffffff) throw sgeTooLarge(length)
+      w[at + 16] = address >>> 0
+      w[at + 17] = Math.floor(address / TWO_32)
+      w[at + 18] = length
+      w[at + 19] = lkey
+    }
+    this.count++
+    return at
+  }
+
+  /** Sets the 64-bit operands of the atomic written at `at` by addOne(). */
+  setAtomicOperands(at: number, compareAdd: bigint, swap: bigint): void {
+    writeU64(this.words, at + 9, compareAdd)
+    writeU64(this.words, at + 11, swap)
+  }
+
   addRecv(wrId: number, sges: readonly Sge[]): void {
     const n = sges.length
     const at = this.reserve(RECV_HEADER + n * SGE_WORDS)

@@ -3,6 +3,7 @@
 // each) and announced with one callback per batch, so that many completions
 // cost one crossing into JS.
 #include "addon.h"
+#include "hot_path.h"
 #include "resources.h"
 
 namespace ibv {
@@ -26,8 +27,6 @@ int CqResource::DestroyHandle() {
   output_words = nullptr;
   return 0;
 }
-
-namespace {
 
 // Polls up to the output capacity; returns the count or -errno.
 int PollInto(CqResource* res) {
@@ -54,11 +53,14 @@ int PollInto(CqResource* res) {
   return n;
 }
 
+namespace {
+
 class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "CompletionQueue",
                        {InstanceMethod("poll", &CompletionQueueWrap::Poll),
+                        InstanceMethod("poller", &CompletionQueueWrap::Poller),
                         InstanceMethod("setWaiting", &CompletionQueueWrap::SetWaiting),
                         InstanceMethod("setRearm", &CompletionQueueWrap::SetRearm),
                         InstanceMethod("close", &CompletionQueueWrap::CloseMethod),
@@ -188,6 +190,12 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     int n = PollInto(res);
     if (n < 0) ThrowErrno(env, -n, "ibv_poll_cq");
     return Napi::Number::New(env, n);
+  }
+
+  // poller() -> a plain function poll() bound to this CQ (no unwrap per call).
+  Napi::Value Poller(const Napi::CallbackInfo& info) {
+    Live(info.Env(), resource, "CompletionQueue");
+    return MakePoller(info.Env(), resource);
   }
 
   // setWaiting(true) keeps the event loop alive while requests are pending.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include "addon.h"
+#include "hot_path.h"
 #include "resources.h"
 #include "work_request.h"
 
@@ -76,6 +77,7 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
                        {InstanceMethod("modify", &QueuePairWrap::Modify),
                         InstanceMethod("query", &QueuePairWrap::Query),
                         InstanceMethod("postSend", &QueuePairWrap::PostSend),
+                        InstanceMethod("sendPoster", &QueuePairWrap::SendPoster),
                         InstanceMethod("postRecv", &QueuePairWrap::PostRecv),
                         InstanceMethod("bindMemoryWindow", &QueuePairWrap::BindMemoryWindow),
                         InstanceMethod("close", &QueuePairWrap::CloseMethod),
@@ -202,6 +204,16 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     int rc = ibv_post_send(qp, first, &bad);
     if (rc) ThrowPostError(env, rc, "ibv_post_send", bad ? static_cast<uint32_t>(bad - first) : 0);
     return env.Undefined();
+  }
+
+  // sendPoster(words: Uint32Array, cq?) -> post(wordStart, count, poll): a plain
+  // function bound to this QP, the buffer and the CQ it polls after posting.
+  Napi::Value SendPoster(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Live(env, resource, "QueuePair");
+    std::shared_ptr<CqResource> cq;
+    if (info.Length() > 1 && !info[1].IsUndefined()) cq = CqOf(env, info[1]);
+    return MakeSendPoster(env, resource, info[0], cq);
   }
 
   Napi::Value PostRecv(const Napi::CallbackInfo& info) {

@@ -1,0 +1,113 @@
+// Guest side of `npm run bench -- icount`: each path of the library, warmed
+// up, then run N times between two icount markers (bench/icount/marker.c).
+// Prints one line per region, in order: `@icount {"label", "n", "us", ...}`
+// (µs per operation: the N operations timed as a whole; under the plugin the
+// guest runs slower, so only ratios mean something).
+//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--only label,...]
+import { createRequire } from 'node:module'
+import { performance } from 'node:perf_hooks'
+import { openDevice } from '../../dist/index.js'
+import { connectedPair } from '../pair.mjs'
+import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
+import { WrOpcode, SendFlags } from '../../dist/constants.js'
+
+const args = process.argv.slice(2)
+const { mark } = createRequire(import.meta.url)(args[0])
+const opt = (name, fallback) => { const i = args.indexOf(name); return i < 0 ? fallback : args[i + 1] }
+const N = Number(opt('--n', 4000))
+const only = opt('--only', undefined)?.split(',')
+
+const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
+const busy = await connectedPair(device, 'busy')
+const event = await connectedPair(device, 'event')
+
+/** The raw path: encode one READ into a Uint32Array, post it, poll until its completion. */
+function rawRead({ c, s }) {
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const enc = new WorkRequestEncoder()
+  const qp = c.qp.handle, cq = c.cq.handle
+  let wrId = 1e9
+  let polls = 0
+  const one = () => {
+    enc.reset()
+    enc.addSend({ wrId: wrId++, opcode: WrOpcode.RdmaRead, flags: SendFlags.Signaled, sges: [{ address: local.address, length: 8, lkey: local.lkey }], remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey })
+    qp.postSend(enc.buffer, enc.count)
+    for (;;) { polls++; if (cq.poll() > 0) break }
+  }
+  return { sync: one, stats: () => ({ polls }) }
+}
+
+/** The raw path as the library now takes it: addOne into a buffer bound once to a plain post function that polls in the same call. */
+function rawBoundRead({ c, s }) {
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const enc = new WorkRequestEncoder()
+  const post = c.qp.handle.sendPoster(enc.buffer, c.cq.handle)
+  const poll = c.cq.handle.poller()
+  const address = local.address, lkey = local.lkey, lo = remote.addrLo, hi = remote.addrHi, rkey = remote.rkey
+  let wrId = 2e9
+  let polls = 0
+  const one = () => {
+    enc.reset()
+    enc.addOne(wrId++, WrOpcode.RdmaRead, SendFlags.Signaled, address, 8, lkey, lo, hi, rkey, 0)
+    polls++
+    if (post(0, 1, 1) > 0) return
+    for (;;) { polls++; if (poll() > 0) break }
+  }
+  return { sync: one, stats: () => ({ polls }) }
+}
+
+function paths() {
+  const { c, s } = busy
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  const atomicRemote = s.mr.asRemote().slice(64, 8)
+  const ev = { local: event.c.mr.slice(0, 8), remote: event.s.mr.asRemote().slice(0, 8) }
+  const batchOf = ({ c, s }) => Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
+  const batch = batchOf(busy), eventBatch = batchOf(event)
+  return [
+    { label: 'raw read: encode + postSend + poll (ObjectWrap methods)', ...rawRead(busy) },
+    ...(typeof c.qp.handle.sendPoster === 'function' ? [{ label: 'raw read: addOne + bound post(wordStart, 1, poll)', ...rawBoundRead(busy) }] : []),
+    { label: 'empty poll: cq.poll()', sync: () => c.cq.poll() },
+    { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll() },
+    { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
+    { label: 'await qp.write() (busy CQ)', async: () => c.qp.write(local, remote) },
+    { label: 'await qp.read() (event CQ)', async: () => event.c.qp.read(ev.local, ev.remote) },
+    { label: 'await qp.write() (event CQ)', async: () => event.c.qp.write(ev.local, ev.remote) },
+    { label: 'postBatch of 32 writes, per write (busy CQ)', async: () => c.qp.postBatch(batch), per: 32 },
+    { label: 'postBatch of 32 writes, per write (event CQ)', async: () => event.c.qp.postBatch(eventBatch), per: 32 },
+    { label: 'await qp.compareAndSwap()', async: () => c.qp.compareAndSwap(atomicRemote, 0n, 0n) },
+    { label: 'await qp.fetchAndAdd()', async: () => c.qp.fetchAndAdd(atomicRemote, 1n) },
+  ]
+}
+
+/**
+ * A loop of its own for each path (a fresh function, so its own feedback and
+ * optimized code): one loop shared by every path turns polymorphic, and V8's
+ * background compiler then recompiles it inside the counted regions.
+ */
+function loopFor(path) {
+  // eslint-disable-next-line no-new-func
+  return path.sync ? new Function('f', 'n', 'for (let i = 0; i < n; i++) f()').bind(null, path.sync)
+    : new Function('f', 'n', 'return (async () => { for (let i = 0; i < n; i++) await f() })()').bind(null, path.async)
+}
+
+for (const path of paths()) {
+  if (only && !only.some((o) => path.label.includes(o))) continue
+  const per = path.per ?? 1
+  const n = Math.max(50, Math.round(N / per))
+  const run = loopFor(path)
+  await run(n) // warm-up: V8 optimizes the path before it is counted
+  await run(n)
+  // Counted twice: the host keeps the smaller (a background compile may land in one).
+  for (let twice = 0; twice < 2; twice++) {
+    const before = path.stats?.()
+    const t0 = performance.now()
+    mark(1)
+    await run(n)
+    mark(2)
+    const us = ((performance.now() - t0) * 1000) / (n * per)
+    const after = path.stats?.()
+    const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
+    console.log('@icount ' + JSON.stringify({ label: path.label, n: n * per, us, ...extra }))
+  }
+}
+device.close()

@@ -1,0 +1,120 @@
+// The hot paths (read/write/atomics written straight into a send buffer bound
+// once to a plain native post function; polls through a bound native poll
+// function) move the right bytes and keep the general path's guarantees.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Device } from '../../dist/index.js'
+import { connectedPair, pattern, setU64, testDevice, u64, within, type Side } from './helpers.js'
+
+let device: Device
+let a: Side
+let b: Side
+let closePair: () => void
+
+beforeAll(async () => {
+  device = testDevice()
+  ;({ a, b, close: closePair } = await connectedPair(device, { size: 1 << 16, pollMode: 'busy' }))
+})
+afterAll(() => {
+  closePair?.()
+  device?.close()
+})
+
+describe('hot paths', () => {
+  it('reads and writes back to back: every byte lands, every request settles', async () => {
+    const remote = b.region.asRemote()
+    for (let i = 0; i < 200; i++) {
+      const data = pattern(8, i)
+      a.region.bytes.set(data, 0)
+      await within(a.qp.write(a.region.slice(0, 8), remote.slice(8 * (i % 64), 8)))
+      expect(Buffer.compare(b.region.bytes.subarray(8 * (i % 64), 8 * (i % 64) + 8), data)).toBe(0)
+      b.region.bytes.set(pattern(8, 1000 + i), 4096)
+      await within(a.qp.read(a.region.slice(1024, 8), remote.slice(4096, 8)))
+      expect(Buffer.compare(a.region.bytes.subarray(1024, 1032), pattern(8, 1000 + i))).toBe(0)
+    }
+    expect(a.qp.outstanding).toBe(0)
+    expect(a.region.inflight).toBe(0)
+  })
+
+  it('writes gathered in one turn grow the send buffer past its first size and still land (the new buffer is bound)', async () => {
+    const remote = b.region.asRemote()
+    b.region.bytes.fill(0)
+    // 120 writes in one turn: 120 * 20 words is more than the first 1024-word buffer.
+    const writes = Array.from({ length: 120 }, (_, i) => {
+      a.region.bytes.set(pattern(8, 7 + i), 8192 + 8 * i)
+      return a.qp.write(a.region.slice(8192 + 8 * i, 8), remote.slice(8 * i, 8))
+    })
+    await within(Promise.all(writes))
+    for (let i = 0; i < 120; i++) expect(Buffer.compare(b.region.bytes.subarray(8 * i, 8 * i + 8), pattern(8, 7 + i))).toBe(0)
+    // And the next single write after the growth uses the bound (new) buffer.
+    a.region.bytes.set(pattern(8, 4242), 0)
+    await within(a.qp.write(a.region.slice(0, 8), remote.slice(2048, 8)))
+    expect(Buffer.compare(b.region.bytes.subarray(2048, 2056), pattern(8, 4242))).toBe(0)
+  })
+
+  it('atomics on the hot path return the old value and change the remote word', async () => {
+    const remote = b.region.asRemote()
+    setU64(b.region, 512, 10n)
+    expect(await within(a.qp.fetchAndAdd(remote.slice(512, 8), 5n))).toBe(10n)
+    expect(u64(b.region, 512)).toBe(15n)
+    expect(await within(a.qp.compareAndSwap(remote.slice(512, 8), 15n, 0x1_0000_0000n))).toBe(15n)
+    expect(u64(b.region, 512)).toBe(0x1_0000_0000n)
+    // Many in flight at once: each gets a distinct old value.
+    setU64(b.region, 520, 0n)
+    const olds = await within(Promise.all(Array.from({ length: 16 }, () => a.qp.fetchAndAdd(remote.slice(520, 8), 1n))))
+    expect([...olds].sort((x, y) => Number(x - y))).toEqual(Array.from({ length: 16 }, (_, i) => BigInt(i)))
+    expect(u64(b.region, 520)).toBe(16n)
+  })
+
+  it('postBatch carries atomics: each old value lands in its local slice, the remote words change', async () => {
+    const remote = b.region.asRemote()
+    setU64(b.region, 256, 40n)
+    setU64(b.region, 264, 7n)
+    a.region.bytes.fill(0xff, 300, 316)
+    b.region.bytes.fill(0, 128, 136)
+    a.region.bytes.set(pattern(8, 31), 320)
+    await within(a.qp.postBatch([
+      { op: 'fetchAndAdd', local: a.region.slice(300, 8), remote: remote.slice(256, 8), add: 2n },
+      { op: 'compareAndSwap', local: a.region.slice(308, 8), remote: remote.slice(264, 8), compare: 7n, swap: 0xdead_beef_0000n },
+      { op: 'write', local: a.region.slice(320, 8), remote: remote.slice(128, 8) },
+    ]))
+    expect(u64(a.region, 300)).toBe(40n)
+    expect(u64(b.region, 256)).toBe(42n)
+    expect(u64(a.region, 308)).toBe(7n)
+    expect(u64(b.region, 264)).toBe(0xdead_beef_0000n)
+    expect(Buffer.compare(b.region.bytes.subarray(128, 136), pattern(8, 31))).toBe(0)
+    await expect(a.qp.postBatch([{ op: 'fetchAndAdd', local: a.region.slice(300, 4), remote: remote.slice(256, 8), add: 1n }]))
+      .rejects.toBeInstanceOf(RangeError)
+  })
+
+  it('a batch of 32 writes on the hot path lands every write', async () => {
+    const remote = b.region.asRemote()
+    b.region.bytes.fill(0, 0, 256)
+    for (let i = 0; i < 32; i++) a.region.bytes.set(pattern(8, 500 + i), 16384 + 8 * i)
+    await within(a.qp.postBatch(Array.from({ length: 32 }, (_, i) => ({ op: 'write' as const, local: a.region.slice(16384 + 8 * i, 8), remote: remote.slice(8 * i, 8) }))))
+    for (let i = 0; i < 32; i++) expect(Buffer.compare(b.region.bytes.subarray(8 * i, 8 * i + 8), pattern(8, 500 + i))).toBe(0)
+    expect(a.region.inflight).toBe(0)
+  })
+
+  it('an empty poll returns 0; a poll of a closed queue says it is closed', () => {
+    expect(a.cq.poll()).toBe(0)
+    const cq = device.createCq({ entries: 16 })
+    cq.close()
+    expect(() => cq.poll()).toThrow(expect.objectContaining({ code: 'ERR_CLOSED' }))
+  })
+
+  it('a closed queue pair or region is refused on the hot path with the general path\'s errors', async () => {
+    const { a: x, b: y, close } = await connectedPair(device, { size: 4096 })
+    try {
+      await within(x.qp.read(x.region.slice(0, 8), y.region.asRemote().slice(0, 8)))
+      const spare = x.pd.allocRegion(4096)
+      const slice = spare.slice(0, 8) // taken while open: slice() of a closed region throws by itself
+      spare.close()
+      await expect(x.qp.write(slice, y.region.asRemote().slice(0, 8))).rejects.toMatchObject({ code: 'ERR_CLOSED' })
+      x.qp.close()
+      await expect(x.qp.write(x.region.slice(0, 8), y.region.asRemote().slice(0, 8))).rejects.toMatchObject({ code: 'ERR_CLOSED' })
+      await expect(x.qp.fetchAndAdd(y.region.asRemote().slice(0, 8), 1n)).rejects.toMatchObject({ code: 'ERR_CLOSED' })
+    } finally {
+      close()
+    }
+  })
+})
