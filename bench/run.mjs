@@ -11,6 +11,7 @@
 //   --tests write_bw,read_lat, --variants event,busy,event+batch,busy+batch,
 //   --tx-depth N, --scale F (multiplies iteration counts), --out DIR,
 //   --from-log FILE (write the files from a captured guest log).
+//   `npm run bench -- transfer [OPTIONS]` runs bench/transfer.mjs instead.
 import { spawn } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
@@ -38,7 +39,7 @@ function parseArgs(argv) {
       case '--from-log': o.fromLog = val(); break
       case '--quiet': o.quiet = true; break
       case '-h': case '--help':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 14).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 15).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
         process.exit(0)
       default: throw new Error(`unknown option ${a} (see --help)`)
     }
@@ -261,6 +262,8 @@ async function hasDevice() {
 
 async function main() {
   const argv = process.argv.slice(2)
+  // `npm run bench -- transfer ...`: the transfer engine's benchmark (bench/transfer.mjs).
+  if (argv[0] === 'transfer') return (await import('./transfer.mjs')).main(argv.slice(1))
   const opts = parseArgs(argv)
   if (opts.fromLog) {
     const results = extract(readFileSync(opts.fromLog, 'utf8'))
