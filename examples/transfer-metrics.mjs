@@ -34,16 +34,18 @@ function localAddress() {
 }
 
 /**
- * Registers the agent's metrics in `registry`. Each metric reads agent.stats()
- * when scraped (prom-client's collect()), so nothing runs between scrapes.
- * The counters in stats() only grow while the agent lives: they are exposed
- * as Prometheus counters, set to the current value at each scrape.
+ * Registers the agents' metrics in `registry`, labelled by agent and peer.
+ * Each metric reads agent.stats() when scraped (prom-client's collect()), so
+ * nothing runs between scrapes. The counters in stats() only grow while an
+ * agent lives: they are Prometheus counters, set to the current value at each scrape.
  */
-export function agentMetrics(agent, registry) {
+export function agentMetrics(agents, registry) {
   const labelNames = ['agent', 'peer']
   const perPeer = (set) => function collect() {
     this.reset()
-    for (const s of Object.values(agent.stats().peers)) set(this, { agent: agent.name, peer: s.name }, s)
+    for (const agent of agents) {
+      for (const s of Object.values(agent.stats().peers)) set(this, { agent: agent.name, peer: s.name }, s)
+    }
   }
   const counter = (name, help, key) => new client.Counter({
     name, help, labelNames, registers: [registry],
@@ -85,8 +87,7 @@ try {
   }
 
   const registry = new client.Registry()
-  agentMetrics(prefill, registry)
-  agentMetrics(decode, registry)
+  agentMetrics([prefill, decode], registry)
   const server = createServer(async (req, res) => {
     if (req.url !== '/metrics') { res.writeHead(404).end(); return }
     res.writeHead(200, { 'content-type': registry.contentType }).end(await registry.metrics())

@@ -132,13 +132,17 @@ export class TransferBench {
 
   private constructor(readonly host: string, readonly target: TransferAgent, readonly pool: Segment, readonly maxBytes: number, readonly options: TransferBenchOptions) {
     target.on('notification', ({ message }: { message: string | Buffer }) => this.#notified?.(String(message)))
+    // A failed handshake or a lost peer on the target's side shows up as a failed transfer: say why.
+    target.on('handshakeError', (error: Error) => console.error(`transfer bench: the target's handshake failed: ${error.message}`))
+    target.on('peerLost', ({ error }: { error: Error }) => console.error(`transfer bench: the target lost a peer: ${error.message}`))
   }
 
   static async open(options: TransferBenchOptions = {}): Promise<TransferBench> {
     const deviceName = options.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE ?? undefined
     const host = options.host ?? process.env.SOFTROCE_ADDR ?? addressOf(deviceName)
     const maxBytes = options.maxBytes ?? 64 * MB
-    const target = await TransferAgent.create({ host, port: 0, name: 'target', ...(deviceName ? { device: deviceName } : {}), ...engine(options) })
+    // Handshakes get a minute: a loaded machine (or emulator) can take seconds per step.
+    const target = await TransferAgent.create({ host, port: 0, name: 'target', handshakeTimeoutMs: 60_000, ...(deviceName ? { device: deviceName } : {}), ...engine(options) })
     try {
       const pool = target.register('pool', { size: 2 * maxBytes, remote: 'read-write' })
       return new TransferBench(host, target, pool, maxBytes, options)
@@ -153,7 +157,7 @@ export class TransferBench {
     if (!it) {
       const o = this.options
       const device = o.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE
-      const agent = await TransferAgent.create({ host: this.host, port: 0, name: `initiator-${qps}`, qpsPerPeer: qps, ...(device ? { device } : {}), ...engine(o) })
+      const agent = await TransferAgent.create({ host: this.host, port: 0, name: `initiator-${qps}`, qpsPerPeer: qps, handshakeTimeoutMs: 60_000, ...(device ? { device } : {}), ...engine(o) })
       try {
         const kv = agent.register('kv', { size: this.maxBytes })
         const peer = await agent.connect({ host: this.host, port: this.target.port, timeoutMs: 60_000 })
