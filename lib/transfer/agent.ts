@@ -36,6 +36,8 @@ export interface TransferAgentOptions {
   batchWrs?: number
   /** Bound on the handshake with a peer (default 10000 ms). */
   handshakeTimeoutMs?: number
+  /** Bound on a transfer that gives no timeoutMs (default 120000 ms): none waits forever. */
+  transferTimeoutMs?: number
 }
 
 export interface RegisterOptions {
@@ -81,7 +83,23 @@ export class TransferPlan {
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
 }
 
-const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000 }
+/** Settles as `promise`, or rejects with ETIMEDOUT / ABORT_ERR when `wait` runs out first. */
+function bound<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => finish(() => reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', cause: wait.signal?.reason })))
+    const timer = wait.timeoutMs === undefined ? undefined : setTimeout(() => finish(() => reject(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT' }))), wait.timeoutMs)
+    const finish = (action: () => void) => {
+      clearTimeout(timer)
+      wait.signal?.removeEventListener('abort', onAbort)
+      action()
+    }
+    if (wait.signal?.aborted) return onAbort()
+    wait.signal?.addEventListener('abort', onAbort, { once: true })
+    promise.then((value) => finish(() => resolve(value)), (error: unknown) => finish(() => reject(error)))
+  })
+}
+
+const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 function deviceFor(host: string, name: string | undefined): Device {
@@ -99,8 +117,10 @@ function deviceFor(host: string, name: string | undefined): Device {
 
 function encodeNotification(message: unknown): NotifyMessage {
   if (typeof message === 'string') {
-    if (Buffer.byteLength(message) > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${Buffer.byteLength(message)}`)
-    return { t: 'n', s: message }
+    const utf8 = Buffer.from(message)
+    if (utf8.length > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${utf8.length}`)
+    // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
+    return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
   }
   if (message instanceof Uint8Array) {
     if (message.byteLength > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${message.byteLength}`)
@@ -119,6 +139,7 @@ export class TransferAgent extends EventEmitter {
   readonly sliceBytes: number
   readonly #settings: LinkSettings
   readonly #handshakeMs: number
+  readonly #transferMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #iterators = new Set<(n: Notification | undefined) => void>()
@@ -134,6 +155,7 @@ export class TransferAgent extends EventEmitter {
     this.qpsPerPeer = integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS)
     const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
     this.sliceBytes = Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage)
+    this.#transferMs = integer(options.transferTimeoutMs ?? DEFAULTS.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
     this.#handshakeMs = integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31)
     this.#settings = {
       pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
@@ -265,11 +287,15 @@ export class TransferAgent extends EventEmitter {
     switch (message.t) {
       case 'n': {
         peer.counters.notificationsReceived++
-        const notification: Notification = { peer, message: message.b !== undefined ? Buffer.from(message.b, 'base64') : message.s ?? '' }
+        const bytes = message.b === undefined ? undefined : Buffer.from(message.b, 'base64')
+        const notification: Notification = { peer, message: bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes }
         this.emit('notification', notification)
         for (const push of this.#iterators) push(notification)
         return
       }
+      case 'm':
+        for (const item of message.list) this.#onMessage(peer, link, item)
+        return
       case 'add': return link.remote.add(message.seg, message.v)
       case 'del': return link.remote.remove(message.name, message.v)
       default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
@@ -325,10 +351,10 @@ export class TransferAgent extends EventEmitter {
 
   /** Sends a notification alone (ordered with those of transfers). */
   async notify(peer: Peer, message: NotificationMessage, options: WaitOptions = {}): Promise<void> {
-    const wait = waitOptions(options)
+    const wait = this.#bounded(optionalObject(options, 'options'))
     const encoded = encodeNotification(message)
     const link = await this.#linkOf(peer, wait)
-    await link.queueMessage(Promise.resolve(true), encoded, wait.timeoutMs)
+    await bound(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
     peer.counters.notificationsSent++
   }
 
@@ -341,7 +367,7 @@ export class TransferAgent extends EventEmitter {
     let used = segmentsUsed(checked)
     let checkedOn = link
     return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
-      const wait = waitOptions(options)
+      const wait = this.#bounded(optionalObject(options, 'options'))
       const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
       const current = await this.#linkOf(peer, wait)
       if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
@@ -356,13 +382,20 @@ export class TransferAgent extends EventEmitter {
 
   async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
     const o = optionalObject(options, 'options')
-    const wait = waitOptions(o)
+    const wait = this.#bounded(o)
     const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
     const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
     return this.#run(peer, link, plan, notify, wait)
+  }
+
+  /** The caller's wait, with the agent's default bound when it gives none. */
+  #bounded(options: Record<string, unknown>): WaitOptions {
+    const wait = waitOptions(options)
+    wait.timeoutMs ??= this.#transferMs
+    return wait
   }
 
   #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions): Promise<TransferResult> {
@@ -373,7 +406,7 @@ export class TransferAgent extends EventEmitter {
       if (notify) {
         // The notification's turn is taken now: notifications go out in call order.
         const ready = new Promise<boolean>((r) => { dataPlaced = r })
-        sent = link.queueMessage(ready, notify, undefined)
+        sent = link.queueMessage(ready, notify)
         sent.catch(() => undefined)
       }
       counters.inFlight++

@@ -23,9 +23,11 @@ export interface HelloMessage { t: 'hello' | 'welcome'; p: number; agent: string
 /** Segments added (the first table goes in chunks; `end` marks its last one). */
 export interface AddMessage { t: 'add'; v: number; seg: SegmentEntry[]; end: boolean }
 export interface WithdrawMessage { t: 'del'; v: number; name: string }
-/** A notification: a string (s) or bytes in base64 (b). */
-export interface NotifyMessage { t: 'n'; s?: string; b?: string }
-export type ControlMessage = HelloMessage | AddMessage | WithdrawMessage | NotifyMessage
+/** A notification: a string (s), or bytes in base64 (b; u: 1 when they are a string's UTF-8). */
+export interface NotifyMessage { t: 'n'; s?: string; b?: string; u?: 1 }
+/** Several messages sent together, handled in order. */
+export interface ListMessage { t: 'm'; list: ControlMessage[] }
+export type ControlMessage = HelloMessage | AddMessage | WithdrawMessage | NotifyMessage | ListMessage
 
 export function protocolError(message: string): RdmaError {
   return new RdmaError(message, { code: 'ERR_TRANSFER_PROTOCOL' })

@@ -23,6 +23,13 @@ export interface LinkSettings {
   table: () => { entries: SegmentEntry[]; version: number }
 }
 
+/** A message waiting for its turn: `go` is undefined until its data is placed (or failed). */
+interface Outgoing { go: boolean | undefined; json: string; message: ControlMessage; resolve: () => void; reject: (error: Error) => void }
+/** Control sends in flight per link. */
+const SENDING = 8
+/** Bytes of JSON packed into one control message (a message holds 4096). */
+const MESSAGE_BYTES = 3500
+
 /** Most data QPs a peer may ask for. */
 export const MAX_QPS = 16
 
@@ -32,7 +39,8 @@ export class Link {
   error: RdmaError | undefined
   /** The local table as sent in the handshake (the agent sends what changed since). */
   sentTable: { entries: SegmentEntry[]; version: number } = { entries: [], version: 0 }
-  #chain: Promise<unknown> = Promise.resolve()
+  readonly #outbox: Outgoing[] = []
+  #sending = 0
   #closed = false
 
   constructor(readonly conn: Connection, readonly cq: CompletionQueue, readonly qps: QueuePair[], readonly remote: RemoteTable,
@@ -43,15 +51,45 @@ export class Link {
   get healthy(): boolean { return this.error === undefined && !this.#closed }
 
   /**
-   * Posts `message` once `ready` resolves true (skips it on false), after the
-   * messages queued before it were posted: notifications go out in the order
-   * they were queued (one QP delivers in posting order, so a message does not
-   * wait for the one before it to complete). Resolves when the peer has it.
+   * Sends `message` once `ready` resolves true (drops it on false), after
+   * every message queued before it: notifications go out in the order they
+   * were queued. Messages ready together travel in one SEND (a 'm' list), and
+   * at most SENDING sends are in flight: a burst of notifications costs a few
+   * messages, not one round trip each. Resolves when the peer has it.
    */
-  queueMessage(ready: Promise<boolean>, message: ControlMessage, timeoutMs: number | undefined): Promise<void> {
-    const posted = this.#chain.then(() => ready).then((go) => go ? { sent: this.conn.sendJson(message, timeoutMs === undefined ? {} : { timeoutMs }) } : undefined)
-    this.#chain = posted.catch(() => undefined)
-    return posted.then((p) => p?.sent)
+  queueMessage(ready: Promise<boolean>, message: ControlMessage): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const item: Outgoing = { go: undefined, json: JSON.stringify(message), message, resolve, reject }
+      this.#outbox.push(item)
+      ready.then((go) => { item.go = go; this.#flush() }, () => { item.go = false; this.#flush() })
+    })
+  }
+
+  #flush(): void {
+    while (this.#sending < SENDING && this.#outbox.length > 0) {
+      const batch: Outgoing[] = []
+      let size = 0
+      while (this.#outbox.length > 0 && this.#outbox[0]!.go !== undefined) {
+        const item = this.#outbox[0]!
+        if (!item.go) { this.#outbox.shift(); item.resolve(); continue }
+        if (batch.length > 0 && size + item.json.length + 1 > MESSAGE_BYTES) break
+        this.#outbox.shift()
+        batch.push(item)
+        size += item.json.length + 1
+      }
+      if (batch.length === 0) return // the head waits for its data
+      const message: ControlMessage = batch.length === 1 ? batch[0]!.message : { t: 'm', list: batch.map((b) => b.message) }
+      this.#sending++
+      this.conn.sendJson(message).then(() => {
+        this.#sending--
+        for (const b of batch) b.resolve()
+        this.#flush()
+      }, (error: Error) => {
+        this.#sending--
+        for (const b of batch) b.reject(error)
+        this.#flush()
+      })
+    }
   }
 
   /** Sends a table change; a failure shows up as the link failing. */
@@ -120,6 +158,13 @@ async function exchangeTables(conn: Connection, settings: LinkSettings, remote: 
   return sent
 }
 
+/** A handshake step failed: a flushed receive or send means the peer closed the connection. */
+function handshakeError(error: unknown): unknown {
+  const code = (error as RdmaError)?.code
+  if (code !== 'WR_FLUSH_ERR' && code !== 'ERR_QP_STATE') return error
+  return new RdmaError('The peer closed the connection during the handshake', { code: 'ECONNRESET', cause: error })
+}
+
 /** Connects to the agent at host:port and sets up a link (the connecting side). */
 export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
   const deadline = Date.now() + timeoutMs
@@ -141,7 +186,7 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     for (const qp of data?.qps ?? []) qp.close()
     data?.cq.close()
     conn.close()
-    throw error
+    throw handshakeError(error)
   }
 }
 
@@ -171,6 +216,6 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
     for (const qp of data?.qps ?? []) qp.close()
     data?.cq.close()
     conn.close()
-    throw error
+    throw handshakeError(error)
   }
 }

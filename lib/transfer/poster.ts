@@ -15,7 +15,8 @@ export interface PostSource {
   /** Up to `max` operations for QP `q`, and the bytes they move. */
   take(q: number, max: number): { ops: BatchOperation[]; bytes: number }
   batchDone(bytes: number, wrs: number): void
-  batchFailed(error: Error): void
+  /** `linkBroken`: the QP is in the error state or closed (not a refusal of this batch alone). */
+  batchFailed(error: Error, linkBroken: boolean): void
 }
 
 export class QpPoster {
@@ -56,7 +57,7 @@ export class QpPoster {
         this.pump()
       }, (error: Error) => {
         this.#inflight -= wrs
-        source.batchFailed(error)
+        source.batchFailed(error, this.qp.closed || this.qp.error !== undefined)
         this.pump()
       })
     }

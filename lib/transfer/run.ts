@@ -24,7 +24,7 @@ export interface RunHooks {
   peer: string
   /** Sends the notification (ordered per peer); resolves when the peer's device has it. */
   notify?: () => Promise<void>
-  /** A batch failed: the link is broken (its QP is in the error state). */
+  /** A batch failed and its QP is in the error state: the link is broken. */
   onBatchError(error: Error): void
   settled(run: TransferRun, error: Error | undefined, result: TransferResult | undefined): void
 }
@@ -97,8 +97,8 @@ export class TransferRun implements PostSource {
     notify().then(() => this.#succeed(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be sent')))
   }
 
-  batchFailed(error: Error): void {
-    this.#hooks.onBatchError(error)
+  batchFailed(error: Error, linkBroken: boolean): void {
+    if (linkBroken) this.#hooks.onBatchError(error)
     this.fail(this.#failure(error, 'a work request failed'))
   }
 

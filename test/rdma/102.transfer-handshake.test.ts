@@ -1,0 +1,77 @@
+// Handshake failures are coded errors within their bound, never crashes: no
+// listener, a listener that is not an agent and never answers, a stranger's
+// connect request to an agent, a peer that speaks nonsense.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { connect, listen, RdmaError, TransferAgent, type Connection, type Listener } from '../../dist/index.js'
+import { testDevice, within } from './helpers.js'
+
+const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
+let agent: TransferAgent
+const handshakeErrors: unknown[] = []
+
+beforeAll(async () => {
+  agent = await TransferAgent.create({ host, port: 0, name: 'hs', handshakeTimeoutMs: 30_000 })
+  agent.on('handshakeError', (error) => handshakeErrors.push(error))
+})
+afterAll(() => agent?.close())
+
+describe('transfer handshake failures', () => {
+  it('no listener at the address: a coded error, at once', async () => {
+    // A port nobody listens on: take a free one, then close it.
+    const probe = await listen({ host, port: 0 })
+    const port = probe.address!.port
+    probe.close()
+    const error = await within(agent.connect({ host, port, timeoutMs: 5000 }).catch((e) => e), 10_000, 'connect to a closed port')
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(['ECONNREFUSED', 'EHOSTUNREACH', 'ETIMEDOUT', 'CONNECT_ERROR']).toContain(error.code)
+  })
+
+  it('a listener that accepts but never speaks the protocol: ETIMEDOUT within the bound, resources released', async () => {
+    const device = testDevice()
+    const pd = device.allocPd()
+    const mute: Listener = await listen({ host, port: 0, pd })
+    const accepted: Connection[] = []
+    mute.on('request', (request) => { request.accept({ receiveJson: true }).then((c: Connection) => accepted.push(c), () => undefined) })
+    try {
+      const error = await within(agent.connect({ host, port: mute.address!.port, timeoutMs: 2000 }).catch((e) => e), 60_000, 'connect to a mute listener')
+      expect(error).toBeInstanceOf(RdmaError)
+      expect(error.code).toBe('ETIMEDOUT')
+      expect(agent.peers.size).toBe(0)
+    } finally {
+      for (const c of accepted) c.close()
+      mute.close()
+      device.close()
+    }
+  })
+
+  it('a stranger connecting to the agent (no protocol tag) is refused; the agent keeps serving', async () => {
+    const error = await within(connect({ host, port: agent.port, timeoutMs: 5000 }).catch((e) => e), 10_000, 'a stranger\'s connect')
+    expect(error).toMatchObject({ code: 'ECONNREFUSED' })
+    await within((async () => { while (handshakeErrors.length === 0) await new Promise((r) => setTimeout(r, 10)) })(), 5000, 'the handshakeError event')
+    expect(handshakeErrors[0]).toMatchObject({ code: 'ERR_TRANSFER_PROTOCOL' })
+    // Still serving: a real agent connects and moves bytes.
+    const other = await TransferAgent.create({ host, port: 0, name: 'other' })
+    try {
+      const seg = agent.register('hs-seg', { size: 4096, remote: 'write' })
+      const src = other.register('src', { size: 4096 })
+      src.bytes.fill(7)
+      const peer = await other.connect({ host, port: agent.port, timeoutMs: 10_000 })
+      await other.write(peer, [{ local: [src, 0], remote: ['hs-seg', 0], length: 4096 }], { timeoutMs: 10_000 })
+      expect([...seg.bytes].every((b) => b === 7)).toBe(true)
+      await agent.unregister(seg)
+    } finally {
+      other.close()
+    }
+  })
+
+  it('a peer that sends a malformed hello is refused with ERR_TRANSFER_PROTOCOL (on the listening side), and its connection closed', async () => {
+    const before = handshakeErrors.length
+    const conn = await connect({ host, port: agent.port, timeoutMs: 5000, privateData: Buffer.from('NIBT1'), receiveJson: true })
+    const closed = new Promise((resolve) => conn.once('disconnected', resolve))
+    await conn.sendJson({ t: 'hello', p: 1, agent: 'x', name: 'x', qps: [] })
+    await within(closed, 10_000, 'the agent to drop the connection')
+    conn.close()
+    await within((async () => { while (handshakeErrors.length === before) await new Promise((r) => setTimeout(r, 10)) })(), 5000, 'the handshakeError event')
+    expect(handshakeErrors[before]).toMatchObject({ code: 'ERR_TRANSFER_PROTOCOL' })
+  })
+})
