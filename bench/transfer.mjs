@@ -153,7 +153,7 @@ async function measure(opts) {
 
 export function markdown(r) {
   const out = []
-  out.push(`Transfer engine vs perftest on ${r.device} (${r.roundsCompleted} of ${r.rounds} rounds, ${r.mib} MiB per transfer, Node ${r.node}, ${r.date}; load average (1, 5, 15 min) ${r.loadAverages[0]} at the start, ${r.loadAverages.at(-1)} at the end)`)
+  out.push(`Transfer engine vs perftest on ${r.device} (${r.roundsCompleted} of ${r.rounds} rounds, ${r.mib} MiB per transfer, Node ${r.node}, ${r.date}; load average (1, 5, 15 min) in the guest ${r.loadAverages[0]} at the start, ${r.loadAverages.at(-1)} at the end${r.hostLoadAverages ? `; on the host ${r.hostLoadAverages[0]} at the start, ${r.hostLoadAverages.at(-1)} at the end` : ''})`)
   out.push('')
   out.push('Bandwidth (MB/sec, MB = 2^20 B; ratio = ours / perftest in the same round, median [min–max]; perftest = ib_write_bw or ib_read_bw, 1 QP, -t 128, at the block size)')
   out.push('')
@@ -265,6 +265,7 @@ export async function main(argv) {
   if (!process.env.SOFTROCE_MODE && !(await hasDevice())) {
     // No RDMA here: run in the Soft-RoCE guest (room for 64 MiB segments and perftest), write the files on this side.
     console.error('transfer bench: no RDMA device here; running in the Soft-RoCE environment (bash scripts/softroce.sh run --memory 2048 -- ...)')
+    const hostLoad = [load()]
     const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--memory', '2048', '--timeout', '5400', '--', process.execPath, fileURLToPath(import.meta.url), ...argv], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] })
     let text = ''
     child.stdout.on('data', (d) => { text += d })
@@ -274,6 +275,8 @@ export async function main(argv) {
       process.stdout.write(text)
       throw new Error(`the run in the Soft-RoCE environment produced no results (exit ${code})`)
     }
+    hostLoad.push(load())
+    results.hostLoadAverages = hostLoad // the guest's own load says nothing of the machine it runs on
     if (results.roundsCompleted < results.rounds) console.error(`transfer bench: only ${results.roundsCompleted} of ${results.rounds} rounds completed (exit ${code})`)
     process.stdout.write(markdown(results))
     console.error(`transfer bench: wrote ${write(results, opts.out)}/{results.json,results.md,chart.svg}`)

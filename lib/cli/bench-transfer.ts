@@ -161,6 +161,13 @@ export class TransferBench {
       try {
         const kv = agent.register('kv', { size: this.maxBytes })
         const peer = await agent.connect({ host: this.host, port: this.target.port, timeoutMs: 60_000 })
+        // Start only once the target has finished its side of the handshake too
+        // (a target still in its handshake when its bound runs out closes the link mid-transfer).
+        const deadline = performance.now() + 60_000
+        while (![...this.target.peers.values()].some((p) => p.name === agent.name)) {
+          if (performance.now() > deadline) throw new Error(`the target did not finish its handshake with ${agent.name} within 60 s`)
+          await new Promise((resolve) => setTimeout(resolve, 10))
+        }
         it = { agent, peer, kv }
         this.#initiators.set(qps, it)
       } catch (error) {
@@ -182,9 +189,6 @@ export class TransferBench {
     const [source, sourceOffsets] = c.op === 'write' ? [kv.bytes, layout.localOffsets] : [this.pool.bytes, layout.remoteOffsets]
     for (const offset of sourceOffsets) randomFillSync(source, offset, c.blockSize)
 
-    const p0 = performance.now()
-    agent.prepare(peer, c.op, blocks) // timed alone: the checks and planning every write()/read() does
-    const planMs = performance.now() - p0
     const repeat = c.repeat ?? 1
     let workRequests = 0
     const t0 = performance.now()
@@ -193,6 +197,9 @@ export class TransferBench {
       workRequests = result.workRequests
     }
     const seconds = (performance.now() - t0) / 1000
+    const p0 = performance.now()
+    agent.prepare(peer, c.op, blocks) // timed alone: the checks and planning every write()/read() does
+    const planMs = performance.now() - p0
     this.#check(kv, layout, c.blockSize)
     return { kind: 'transfer', op: c.op, blocks: c.blocks, blockSize: c.blockSize, qps: c.qps, bytes, seconds, mbPerSec: (bytes * repeat) / seconds / MB, workRequests, planMs }
   }
