@@ -11,6 +11,7 @@
 //   --tests write_bw,read_lat, --variants event,busy,event+batch,busy+batch,
 //   --tx-depth N, --scale F (multiplies iteration counts), --out DIR,
 //   --from-log FILE (write the files from a captured guest log).
+//   `npm run bench -- transfer [OPTIONS]` runs bench/transfer.mjs instead.
 import { spawn } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
@@ -38,7 +39,7 @@ function parseArgs(argv) {
       case '--from-log': o.fromLog = val(); break
       case '--quiet': o.quiet = true; break
       case '-h': case '--help':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 14).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
+        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 15).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
         process.exit(0)
       default: throw new Error(`unknown option ${a} (see --help)`)
     }
@@ -265,6 +266,8 @@ async function main() {
   if (argv[0] === 'locks') return (await import('./locks.mjs')).main(argv.slice(1))
   if (argv[0] === 'icount') return (await import('./icount.mjs')).main(argv.slice(1)) // instructions per operation
   if (argv[0] === 'latency') return (await import('./latency.mjs')).main(argv.slice(1)) // small-message time ratios
+  // `npm run bench -- transfer ...`: the transfer engine's benchmark (bench/transfer.mjs).
+  if (argv[0] === 'transfer') return (await import('./transfer.mjs')).main(argv.slice(1))
   const opts = parseArgs(argv)
   if (opts.fromLog) {
     const results = extract(readFileSync(opts.fromLog, 'utf8'))

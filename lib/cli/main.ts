@@ -19,6 +19,12 @@ const USAGE = `usage: node-ibverbs COMMAND
                                    one of our benchmarks (perftest-like), our side only
                                    TEST: write_bw read_bw send_bw atomic_fadd_bw atomic_cas_bw
                                          write_lat read_lat send_lat
+  bench transfer [--op write|read] [--blocks N] [--block-size N] [--qps N] [--repeat N]
+             [--latency] [--iters N] [--host ADDR] [--device NAME] [--json]
+                                   the transfer engine: two agents on the device move
+                                   N random non-contiguous blocks (default 4096 x 16 KiB)
+                                   in one transfer, every block checked; --latency: a
+                                   1-block write with a notification, one at a time
   softroce up|status|down          manage a native Soft-RoCE device (scripts/softroce.sh)
   softroce run [OPTIONS] -- CMD    run CMD with a Soft-RoCE device (QEMU guest if needed)
 `
@@ -173,6 +179,7 @@ function progressBar(label: string): { update(f: number): void; done(): void } {
 }
 
 async function bench(argv: string[]): Promise<void> {
+  if (argv[0] === 'transfer') return benchTransfer(argv.slice(1))
   const { positional, flags } = parse(argv, new Set(['size', 'iters', 'poll', 'tx-depth', 'device', 'batch-size']))
   const { TESTS, runBench } = await import('./bench.js')
   const test = positional[0]
@@ -217,6 +224,51 @@ async function bench(argv: string[]): Promise<void> {
       ['#bytes', '#iterations', 't_min[usec]', 't_max[usec]', 't_typical[usec]', 't_avg[usec]', '99% percentile[usec]', '99.9% percentile[usec]', 'poll'],
       [String(result.size), String(result.iters), f(result.tMin), f(result.tMax), f(result.tTypical), f(result.tAvg), f(result.p99), f(result.p999), poll],
     ]))
+  }
+}
+
+async function benchTransfer(argv: string[]): Promise<void> {
+  const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device']))
+  const { TransferBench } = await import('./bench-transfer.js')
+  const num = (k: string, d: number): number => {
+    const v = flags.get(k)
+    if (v === undefined) return d
+    const n = Number(v)
+    if (!Number.isInteger(n) || n <= 0) throw new CliError(`--${k} must be a positive integer`, 2)
+    return n
+  }
+  const text = (k: string): string | undefined => { const v = flags.get(k); return typeof v === 'string' ? v : undefined }
+  const op = text('op') ?? 'write'
+  if (op !== 'write' && op !== 'read') throw new CliError('--op must be write or read', 2)
+  const blocks = num('blocks', 4096)
+  const blockSize = num('block-size', 16384)
+  const host = text('host')
+  const device = text('device')
+  let bench
+  try {
+    bench = await TransferBench.open({ maxBytes: blocks * blockSize, ...(host ? { host } : {}), ...(device ? { device } : {}) })
+  } catch (error) {
+    explain(error)
+  }
+  try {
+    if (flags.has('latency')) {
+      const r = await bench.notifyLatency(num('size', 4096), num('iters', 1000))
+      if (flags.has('json')) return console.log(JSON.stringify(r, null, 2))
+      const f = (v: number) => v.toFixed(2)
+      console.log(table([
+        ['#bytes', '#iterations', 'notified typ[usec]', 'notified 99%[usec]', 'resolved typ[usec]', 'resolved 99%[usec]'],
+        [String(r.size), String(r.iters), f(r.notifiedTypical), f(r.notifiedP99), f(r.resolvedTypical), f(r.resolvedP99)],
+      ]))
+      return
+    }
+    const r = await bench.run({ op, blocks, blockSize, qps: num('qps', 2), repeat: num('repeat', 1) })
+    if (flags.has('json')) return console.log(JSON.stringify(r, null, 2))
+    console.log(table([
+      ['op', '#blocks', 'block[B]', 'qps', 'work requests', 'BW average[MB/sec]', 'plan[ms]'],
+      [r.op, String(r.blocks), String(r.blockSize), String(r.qps), String(r.workRequests), r.mbPerSec.toFixed(2), r.planMs.toFixed(2)],
+    ]))
+  } finally {
+    bench.close()
   }
 }
 

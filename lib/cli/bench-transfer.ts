@@ -1,0 +1,269 @@
+// The transfer engine's benchmark, our side: two TransferAgents on one device
+// (like perftest's server and client on one rxe device), a KV-cache-like
+// layout (random, non-contiguous blocks on both sides), one timed transfer
+// of many blocks per measurement, every block checked afterwards. Used by
+// `node-ibverbs bench transfer` and by bench/transfer.mjs (which runs
+// perftest in between).
+import { randomFillSync } from 'node:crypto'
+import { performance } from 'node:perf_hooks'
+import { listDevices, openDevice } from '../device.js'
+import { TransferAgent, type BlockArrays, type Peer, type Segment } from '../index.js'
+
+/** perftest's MB: 2^20 bytes. */
+const MB = 1 << 20
+
+export interface TransferCase {
+  op: 'write' | 'read'
+  /** Blocks per transfer. */
+  blocks: number
+  /** Bytes per block. */
+  blockSize: number
+  /** Data QPs per peer (the initiating agent's qpsPerPeer). */
+  qps: number
+  /** Timed transfers (default 1); bandwidth is over all of them. */
+  repeat?: number
+  /** Bound on each transfer (default 600000 ms). */
+  timeoutMs?: number
+}
+
+export interface TransferCaseResult {
+  kind: 'transfer'
+  op: 'write' | 'read'
+  blocks: number
+  blockSize: number
+  qps: number
+  bytes: number
+  seconds: number
+  /** MB/sec, MB = 2^20 bytes (as perftest). */
+  mbPerSec: number
+  /** Work requests of one transfer (after coalescing and slicing). */
+  workRequests: number
+  /** Time agent.prepare() takes for these blocks (checks, coalescing, slicing, striping), in ms: part of every write()/read(). */
+  planMs: number
+}
+
+export interface NotifyLatencyResult {
+  kind: 'notify-latency'
+  size: number
+  iters: number
+  /** µs from write() until the peer's 'notification' handler runs (the data is in place then): median, p99. */
+  notifiedTypical: number
+  notifiedP99: number
+  /** µs from write() until its promise resolves: median, p99. */
+  resolvedTypical: number
+  resolvedP99: number
+}
+
+export interface TransferBenchOptions {
+  /** Address of the device to listen on (default $SOFTROCE_ADDR, else the device's RoCE v2 IPv4 address). */
+  host?: string
+  device?: string
+  /** Largest bytes per transfer the bench will be asked to move (sizes the segments; default 64 MiB). */
+  maxBytes?: number
+  /** Engine settings passed to every agent. */
+  sliceBytes?: number
+  queueDepth?: number
+  batchWrs?: number
+}
+
+/** The IPv4 address of a device's RoCE v2 GID (rdma_cm needs one). */
+function addressOf(deviceName: string | undefined): string {
+  const device = openDevice(deviceName ?? listDevices()[0]?.name)
+  try {
+    const v4 = device.gids(1).find((g) => g.gid.startsWith('::ffff:'))
+    if (!v4) throw new Error(`${device.name} has no IPv4 address for rdma_cm: pass --host`)
+    return v4.gid.slice('::ffff:'.length)
+  } finally {
+    device.close()
+  }
+}
+
+/** A small seeded generator (the layouts are random but repeatable). */
+function random(seed: number): () => number {
+  let x = seed >>> 0 || 1
+  return () => {
+    x ^= x << 13; x >>>= 0
+    x ^= x >>> 17
+    x ^= x << 5; x >>>= 0
+    return x / 2 ** 32
+  }
+}
+
+/** The first `count` of a random permutation of 0..n-1. */
+function randomSlots(n: number, count: number, next: () => number): Uint32Array {
+  const all = new Uint32Array(n)
+  for (let i = 0; i < n; i++) all[i] = i
+  for (let i = 0; i < count; i++) {
+    const j = i + Math.floor(next() * (n - i))
+    const t = all[i]!; all[i] = all[j]!; all[j] = t
+  }
+  return all.subarray(0, count)
+}
+
+/**
+ * Random non-contiguous blocks: the local side's blocks are its segment's
+ * slots in random order; the remote side's are random slots of a pool twice
+ * as large (a decode server's free KV blocks).
+ */
+export function kvLayout(blocks: number, blockSize: number, seed: number): { localOffsets: Float64Array; remoteOffsets: Float64Array } {
+  const next = random(seed)
+  const local = randomSlots(blocks, blocks, next)
+  const remote = randomSlots(2 * blocks, blocks, next)
+  const localOffsets = new Float64Array(blocks)
+  const remoteOffsets = new Float64Array(blocks)
+  for (let i = 0; i < blocks; i++) {
+    localOffsets[i] = local[i]! * blockSize
+    remoteOffsets[i] = remote[i]! * blockSize
+  }
+  return { localOffsets, remoteOffsets }
+}
+
+function quantile(sorted: Float64Array, q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
+}
+
+interface Initiator { agent: TransferAgent; peer: Peer; kv: Segment }
+
+/** Two agents on one device: a target with a pool, and an initiator per qpsPerPeer asked for. */
+export class TransferBench {
+  readonly #initiators = new Map<number, Initiator>()
+  #seed = 1
+  #notified: ((message: string) => void) | undefined
+
+  private constructor(readonly host: string, readonly target: TransferAgent, readonly pool: Segment, readonly maxBytes: number, readonly options: TransferBenchOptions) {
+    target.on('notification', ({ message }: { message: string | Buffer }) => this.#notified?.(String(message)))
+    // A failed handshake or a lost peer on the target's side shows up as a failed transfer: say why.
+    target.on('handshakeError', (error: Error) => console.error(`transfer bench: the target's handshake failed: ${error.message}`))
+    target.on('peerLost', ({ error }: { error: Error }) => console.error(`transfer bench: the target lost a peer: ${error.message}`))
+  }
+
+  static async open(options: TransferBenchOptions = {}): Promise<TransferBench> {
+    const deviceName = options.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE ?? undefined
+    const host = options.host ?? process.env.SOFTROCE_ADDR ?? addressOf(deviceName)
+    const maxBytes = options.maxBytes ?? 64 * MB
+    // Handshakes get a minute: a loaded machine (or emulator) can take seconds per step.
+    const target = await TransferAgent.create({ host, port: 0, name: 'target', handshakeTimeoutMs: 60_000, ...(deviceName ? { device: deviceName } : {}), ...engine(options) })
+    try {
+      const pool = target.register('pool', { size: 2 * maxBytes, remote: 'read-write' })
+      return new TransferBench(host, target, pool, maxBytes, options)
+    } catch (error) {
+      target.close()
+      throw error
+    }
+  }
+
+  async #initiator(qps: number): Promise<Initiator> {
+    let it = this.#initiators.get(qps)
+    if (!it) {
+      const o = this.options
+      const device = o.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE
+      const agent = await TransferAgent.create({ host: this.host, port: 0, name: `initiator-${qps}`, qpsPerPeer: qps, handshakeTimeoutMs: 60_000, ...(device ? { device } : {}), ...engine(o) })
+      try {
+        const kv = agent.register('kv', { size: this.maxBytes })
+        const peer = await agent.connect({ host: this.host, port: this.target.port, timeoutMs: 60_000 })
+        // Start only once the target has finished its side of the handshake too
+        // (a target still in its handshake when its bound runs out closes the link mid-transfer).
+        const deadline = performance.now() + 60_000
+        while (![...this.target.peers.values()].some((p) => p.name === agent.name)) {
+          if (performance.now() > deadline) throw new Error(`the target did not finish its handshake with ${agent.name} within 60 s`)
+          await new Promise((resolve) => setTimeout(resolve, 10))
+        }
+        it = { agent, peer, kv }
+        this.#initiators.set(qps, it)
+      } catch (error) {
+        agent.close()
+        throw error
+      }
+    }
+    return it
+  }
+
+  /** Moves c.blocks random blocks of c.blockSize bytes, c.repeat times; checks every block. */
+  async run(c: TransferCase): Promise<TransferCaseResult> {
+    const bytes = c.blocks * c.blockSize
+    if (bytes > this.maxBytes) throw new RangeError(`${c.blocks} x ${c.blockSize} B is more than the ${this.maxBytes} B this bench was opened for`)
+    const { agent, peer, kv } = await this.#initiator(c.qps)
+    const layout = kvLayout(c.blocks, c.blockSize, this.#seed++)
+    const blocks: BlockArrays = { local: kv, remote: 'pool', ...layout, blockSize: c.blockSize }
+    // Fresh random source bytes: what was there from an earlier case cannot pass the check.
+    const [source, sourceOffsets] = c.op === 'write' ? [kv.bytes, layout.localOffsets] : [this.pool.bytes, layout.remoteOffsets]
+    for (const offset of sourceOffsets) randomFillSync(source, offset, c.blockSize)
+
+    const repeat = c.repeat ?? 1
+    let workRequests = 0
+    const t0 = performance.now()
+    for (let i = 0; i < repeat; i++) {
+      const result = await (c.op === 'write' ? agent.write(peer, blocks, { timeoutMs: c.timeoutMs ?? 600_000 }) : agent.read(peer, blocks, { timeoutMs: c.timeoutMs ?? 600_000 }))
+      workRequests = result.workRequests
+    }
+    const seconds = (performance.now() - t0) / 1000
+    const p0 = performance.now()
+    agent.prepare(peer, c.op, blocks) // timed alone: the checks and planning every write()/read() does
+    const planMs = performance.now() - p0
+    this.#check(kv, layout, c.blockSize)
+    return { kind: 'transfer', op: c.op, blocks: c.blocks, blockSize: c.blockSize, qps: c.qps, bytes, seconds, mbPerSec: (bytes * repeat) / seconds / MB, workRequests, planMs }
+  }
+
+  /** Throws unless every block is the same on both sides. */
+  #check(kv: Segment, layout: { localOffsets: Float64Array; remoteOffsets: Float64Array }, blockSize: number): void {
+    const here = Buffer.from(kv.bytes.buffer, kv.bytes.byteOffset, kv.bytes.byteLength)
+    const there = this.pool.bytes
+    for (let i = 0; i < layout.localOffsets.length; i++) {
+      const l = layout.localOffsets[i]!, r = layout.remoteOffsets[i]!
+      if (here.compare(there, r, r + blockSize, l, l + blockSize) !== 0) throw new Error(`block ${i} (local ${l}, remote ${r}) differs after the transfer`)
+    }
+  }
+
+  /**
+   * Latency of a 1-block write with a notification, one at a time: from the
+   * call until the peer's handler runs (and finds the data), and until the
+   * promise resolves. Initiator with 1 QP.
+   */
+  async notifyLatency(size: number, iters: number, warmup = Math.min(100, Math.ceil(iters / 10))): Promise<NotifyLatencyResult> {
+    const { agent, peer, kv } = await this.#initiator(1)
+    const block = [{ local: [kv, 0] as const, remote: ['pool', 0] as const, length: size }]
+    const notified = new Float64Array(iters)
+    const resolved = new Float64Array(iters)
+    for (let i = 0; i < warmup + iters; i++) {
+      const seq = (i % 255) + 1
+      kv.bytes[size - 1] = seq
+      const arrived = new Promise<number>((resolve, reject) => {
+        this.#notified = (message) => {
+          if (message !== String(i)) return reject(new Error(`notification ${message}, expected ${i}`))
+          if (this.pool.bytes[size - 1] !== seq) return reject(new Error(`notification ${i} came before its data`))
+          resolve(performance.now())
+        }
+      })
+      const t0 = performance.now()
+      await agent.write(peer, block, { notify: String(i), timeoutMs: 60_000 })
+      const t1 = performance.now()
+      const t2 = await arrived
+      if (i >= warmup) {
+        resolved[i - warmup] = (t1 - t0) * 1000
+        notified[i - warmup] = (t2 - t0) * 1000
+      }
+    }
+    this.#notified = undefined
+    notified.sort()
+    resolved.sort()
+    return {
+      kind: 'notify-latency', size, iters,
+      notifiedTypical: quantile(notified, 0.5), notifiedP99: quantile(notified, 0.99),
+      resolvedTypical: quantile(resolved, 0.5), resolvedP99: quantile(resolved, 0.99),
+    }
+  }
+
+  close(): void {
+    for (const { agent } of this.#initiators.values()) agent.close()
+    this.#initiators.clear()
+    this.target.close()
+  }
+}
+
+function engine(o: TransferBenchOptions): { sliceBytes?: number; queueDepth?: number; batchWrs?: number } {
+  return {
+    ...(o.sliceBytes !== undefined ? { sliceBytes: o.sliceBytes } : {}),
+    ...(o.queueDepth !== undefined ? { queueDepth: o.queueDepth } : {}),
+    ...(o.batchWrs !== undefined ? { batchWrs: o.batchWrs } : {}),
+  }
+}
