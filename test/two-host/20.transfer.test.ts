@@ -9,7 +9,7 @@ import { pattern } from '../rdma/helpers.js'
 const role = process.env.SOFTROCE_HOST_INDEX
 const local = process.env.SOFTROCE_ADDR
 const peerAddr = process.env.SOFTROCE_PEER_ADDR
-const PORT = 7481
+const PORT = 7482
 const SIZE = 256 << 20
 const SEED = 20
 

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url'
 
 const role = process.env.SOFTROCE_HOST_INDEX
 const peer = process.env.SOFTROCE_PEER_ADDR
-const PORT = 7481
+const PORT = 7483
 const ROUNDS = Number(process.env.NODE_IBVERBS_LOCK_ROUNDS || 30)
 const example = fileURLToPath(new URL('../../examples/lock-table.mjs', import.meta.url))
 
