@@ -28,7 +28,12 @@ describe(`two hosts (this is host ${role})`, () => {
         const seeds: number[] = []
         let clientDone!: () => void
         const done = new Promise<void>((resolve) => { clientDone = resolve })
-        listener.on('request', (request) => served.push(serveAndCheck(request, pd, seeds, clientDone)))
+        // A failure on this side is printed at once (the client only sees its
+        // connection drop), and fails the test below.
+        listener.on('request', (request) => served.push(serveAndCheck(request, pd, seeds, clientDone).catch((error) => {
+          console.error('host 0: serving a connection failed:', error)
+          throw error
+        })))
         try {
           await within(done, 150_000, 'the client to say it is done')
           // Each connection ends when the client disconnects it; any failure on this side fails here.
