@@ -1,5 +1,4 @@
 #include "common.h"
-#include "errno_names.h"
 
 #include <string.h>
 
@@ -14,7 +13,7 @@ const napi_type_tag kTags[] = {
 };
 
 std::string ErrnoName(int err) {
-  const char* name = ErrnoNameOrNull(err);
+  const char* name = strerrorname_np(err);
   return name ? name : "E" + std::to_string(err);
 }
 }  // namespace
