@@ -563,6 +563,7 @@ export class QueuePair extends Resource {
         slice.region.assertUsable()
         integer(access, 'access', 0, 0xffffffff)
         const wait = waitOptions(options)
+        if (this.type === 'UD') throw new RdmaError('bindWindow needs a connected QP (RC or UC)', { code: 'ERR_QP_TYPE' })
         if (window.binding) throw new RdmaError('A bind of this memory window is in flight: wait for it before binding again', { code: 'ERR_BUSY' })
         // The device takes the new rkey only if the bind completes: until then
         // the window keeps the rkey it had (type 1 binds change it at post).
@@ -606,6 +607,7 @@ export class QueuePair extends Resource {
     return new Promise((resolve, reject) => {
       try {
         integer(rkey, 'rkey', 0, 0xffffffff)
+        if (this.type === 'UD') throw new RdmaError('invalidate needs a connected QP (RC or UC)', { code: 'ERR_QP_TYPE' })
         this.#submit('send', 'invalidate', 1, [], waitOptions(options), () => resolve(), reject, () => undefined, (first, enc) => {
           enc.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })
         })

@@ -62,7 +62,7 @@ napi_value Post(napi_env env, napi_callback_info info) {
     Napi::Env e(env);
     QpResource* qp = Live(e, poster->qp, "QueuePair");
     if (start > poster->length) ThrowCode(e, "ERR_INVALID_ARG_VALUE", "Malformed work request batch: start past the end");
-    ibv_send_wr* first = DecodeSendBatch(e, poster->words + start, poster->length - start, count, &AddonData::Get(e)->scratch);
+    ibv_send_wr* first = DecodeSendBatch(e, poster->words + start, poster->length - start, count, qp->qp->qp_type, &AddonData::Get(e)->scratch);
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(qp->qp, first, &bad);
     if (rc) ThrowPostError(e, rc, "ibv_post_send", bad ? static_cast<uint32_t>(bad - first) : 0);

@@ -199,7 +199,7 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     Uint32Words(env, info[0], &words, &length);
     uint32_t count = ArgU32(info, 1, "count");
     AddonData* data = AddonData::Get(env);
-    ibv_send_wr* first = DecodeSendBatch(env, words, length, count, &data->scratch);
+    ibv_send_wr* first = DecodeSendBatch(env, words, length, count, qp->qp_type, &data->scratch);
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(qp, first, &bad);
     if (rc) ThrowPostError(env, rc, "ibv_post_send", bad ? static_cast<uint32_t>(bad - first) : 0);
@@ -248,6 +248,7 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     uint32_t access = ArgU32(info, 4, "access");
     uint64_t wr_id = ArgU32(info, 5, "wrIdLo") | (static_cast<uint64_t>(ArgU32(info, 6, "wrIdHi")) << 32);
     uint32_t flags = ArgU32(info, 7, "sendFlags");
+    CheckSendOpcode(env, qp->qp_type, IBV_WR_BIND_MW, false);
     ibv_mw_bind_info bind_info{};
     bind_info.mr = mr->mr;
     bind_info.addr = static_cast<uint64_t>(address);

@@ -83,7 +83,7 @@ Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
   if (kind == "send") {
-    for (ibv_send_wr* wr = DecodeSendBatch(env, words, length, count, &scratch); wr; wr = wr->next) {
+    for (ibv_send_wr* wr = DecodeSendBatch(env, words, length, count, IBV_QPT_RC, &scratch); wr; wr = wr->next) {
       out.Set(n++, SendFields(env, *wr));
     }
   } else {

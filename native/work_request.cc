@@ -31,8 +31,16 @@ void Uint32Words(Napi::Env env, Napi::Value value, const uint32_t** words, size_
   *length = array.ElementLength();
 }
 
+void CheckSendOpcode(Napi::Env env, ibv_qp_type qp_type, ibv_wr_opcode opcode, bool has_ah) {
+  if (qp_type != IBV_QPT_UD) return;
+  if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) {
+    ThrowCode(env, "ERR_QP_TYPE", "A UD queue pair carries only SEND and SEND_WITH_IMM work requests");
+  }
+  if (!has_ah) ThrowCode(env, "ERR_QP_TYPE", "A send on a UD queue pair needs an address handle");
+}
+
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
-                             WorkRequestScratch* scratch) {
+                             ibv_qp_type qp_type, WorkRequestScratch* scratch) {
   if (count == 0) Malformed(env, "no work requests");
   // First pass: sizes, so the vectors are not reallocated while linking.
   size_t offset = 0, total_sges = 0;
@@ -53,6 +61,7 @@ ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length
     ibv_send_wr& wr = scratch->send[i];
     wr.wr_id = U64(w);
     wr.opcode = static_cast<ibv_wr_opcode>(w[2]);
+    CheckSendOpcode(env, qp_type, wr.opcode, w[13] != 0);
     wr.send_flags = w[3];
     wr.num_sge = static_cast<int>(w[4]);
     wr.sg_list = wr.num_sge ? &scratch->sges[sge_index] : nullptr;

@@ -22,10 +22,17 @@ struct WorkRequestScratch {
   std::vector<ibv_sge> sges;
 };
 
-// Decode `count` send WRs from words[0..length) into scratch, linked.
-// Throws ERR_INVALID_ARG_VALUE on a malformed buffer.
+// Decode `count` send WRs from words[0..length) into scratch, linked, for a
+// QP of `qp_type`. Throws ERR_INVALID_ARG_VALUE on a malformed buffer and
+// ERR_QP_TYPE on a request the QP type cannot carry (CheckSendOpcode).
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
-                             WorkRequestScratch* scratch);
+                             ibv_qp_type qp_type, WorkRequestScratch* scratch);
+
+// Refuses, before anything is posted, a send WR that the QP type cannot carry.
+// Providers trust the opcode: rxe dereferences wr.ud.ah for every request on
+// a UD QP, so a LOCAL_INV or BIND_MW there (no address handle) crashed the
+// process (fuzz seed 2108783432).
+void CheckSendOpcode(Napi::Env env, ibv_qp_type qp_type, ibv_wr_opcode opcode, bool has_ah);
 ibv_recv_wr* DecodeRecvBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
                              WorkRequestScratch* scratch);
 

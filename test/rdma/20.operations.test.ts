@@ -231,4 +231,46 @@ describe('shared receive queues and UD', () => {
       cq.close()
     }
   })
+
+  it('a UD QP refuses requests it cannot carry with ERR_QP_TYPE, in the API and in the addon (rxe dereferenced the missing address handle: the process crashed)', async () => {
+    const pd = device.allocPd()
+    const cq = device.createCq()
+    const region = pd.allocRegion(4096, Access.LocalWrite)
+    const ud = pd.createQp({ type: 'UD', sendCq: cq })
+    try {
+      await ud.activate({ qkey: 0x1234 })
+      const window = pd.allocMemoryWindow(2)
+      await expect(ud.invalidate(window.rkey)).rejects.toMatchObject({ code: 'ERR_QP_TYPE' })
+      await expect(ud.bindWindow(window, region.slice(0, 64), Access.RemoteRead)).rejects.toMatchObject({ code: 'ERR_QP_TYPE' })
+      // The same requests straight to the addon, past the API's checks: one LOCAL_INV
+      // (opcode 7) with no address handle (word 13), then a SEND without one.
+      const native = (ud as unknown as { handle: { postSend(words: Uint32Array, count: number): void; sendPoster(words: Uint32Array): (start: number, count: number, poll: number) => number } }).handle
+      const words = new Uint32Array(16)
+      words[2] = 7
+      expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
+      expect(thrownCode(() => native.sendPoster(words)(0, 1, 0))).toBe('ERR_QP_TYPE')
+      words[2] = 0
+      expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
+      // Nothing was posted: the QP still sends to itself.
+      const ah = pd.createAddressHandle({ gid: ud.endpoint().gid })
+      const received = ud.recv(region.slice(0, 40 + 64))
+      region.bytes.set(pattern(64, 5), 1024)
+      await ud.send(region.slice(1024, 64), { dest: { ah, qpn: ud.qpn, qkey: 0x1234 } })
+      await received
+      expect(Buffer.compare(region.bytes.subarray(40, 104), pattern(64, 5))).toBe(0)
+    } finally {
+      pd.close()
+      cq.close()
+    }
+  })
 })
+
+/** The code of what `fn` throws ('(nothing thrown)' if it returns). */
+function thrownCode(fn: () => unknown): unknown {
+  try {
+    fn()
+  } catch (error) {
+    return (error as { code?: unknown }).code
+  }
+  return '(nothing thrown)'
+}

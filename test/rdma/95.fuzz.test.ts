@@ -6,9 +6,11 @@
 // RDMA handle of this process survives the run (`rdma resource show`).
 //
 // Replay a failure: FUZZ_SEED=<seed> [FUZZ_PATH=<path>] with the same file.
-// FUZZ_RUNS / FUZZ_ACTIONS change the size (calls = runs x actions).
+// FUZZ_RUNS / FUZZ_ACTIONS change the size (calls = runs x actions); FUZZ_TRACE=1
+// prints each call before it is made (finds the call that crashed the process).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
+import { writeSync } from 'node:fs'
 import {
   Access, AddressHandle, CompletionQueue, Device, LocalSlice, MemoryRegion, MemoryWindow, NativeMemory, ProtectionDomain,
   QueuePair, RemoteRegion, RemoteSlice, SharedReceiveQueue, openDevice, remoteRegion,
@@ -30,6 +32,12 @@ const ALLOC_LIMIT = 1 << 20
 const DEVICE = process.env.SOFTROCE_DEVICE || undefined
 /** FUZZ_PROFILE=1 prints the time spent per call kind. */
 const PROFILE = process.env.FUZZ_PROFILE === '1'
+/** FUZZ_TRACE=1 writes each call to stderr before making it, unbuffered: finds the call that crashed the process. */
+const TRACE = process.env.FUZZ_TRACE === '1'
+let traceRun = 0
+function describeValue(value: unknown): string {
+  try { return typeof value === 'bigint' ? `${value}n` : String(value) } catch { return typeof value }
+}
 const profile = new Map<string, number>()
 
 // --- hostile values -----------------------------------------------------
@@ -468,12 +476,14 @@ describe('fuzzing the public API', () => {
       async (words, closeOrder) => {
         if (PROFILE) profile.set('(generate)', (profile.get('(generate)') ?? 0) + performance.now() - lastEnd)
         const world = new World()
+        traceRun++
         try {
           push(world.devices, invoke(world, 'openDevice', () => openDevice(DEVICE)), Device)
           for (let x = 0; x < ACTIONS; x++) {
             const a = action(words, x * WORDS)
             const name = OP_NAMES[a.op % OP_NAMES.length]!
             const t0 = PROFILE ? performance.now() : 0
+            if (TRACE) writeSync(2, `fuzz trace: run ${traceRun} call ${x} ${name} ${JSON.stringify({ ...a, h: describeValue(a.h) })}\n`)
             OPS[name]!(world, a)
             if (PROFILE) profile.set(name, (profile.get(name) ?? 0) + performance.now() - t0)
             // Yield now and then: completions, timers and the traffic run between calls.
@@ -486,6 +496,7 @@ describe('fuzzing the public API', () => {
             if (world.failures.length > 0) throw world.failures[0]
           }
           const t0 = PROFILE ? performance.now() : 0
+          if (TRACE) writeSync(2, `fuzz trace: run ${traceRun} closeAll ${JSON.stringify(closeOrder)}\n`)
           await closeAll(world, closeOrder)
           if (world.failures.length > 0) throw world.failures[0]
           if (PROFILE) profile.set('closeAll', (profile.get('closeAll') ?? 0) + performance.now() - t0)
