@@ -38,8 +38,11 @@ export interface PendingOwner {
   orphaned(entry: CompletionEntry): void
 }
 
-/** Liveness: a completion queue keeps the loop alive while it has pendings. */
-export interface PendingCounter { addPending(): void; removePending(): void }
+/**
+ * Liveness: a completion queue keeps the loop alive while it has pendings, and
+ * the queue that counts them keeps `owner` (the QP or SRQ) reachable meanwhile.
+ */
+export interface PendingCounter { addPending(owner: object): void; removePending(): void }
 
 let nextWrId = 1
 
@@ -80,7 +83,7 @@ export class Pending {
     if (Array.isArray(regions)) for (const region of regions) region.inflight++
     else (regions as MemoryRegion).inflight++
     this.owner.pendings.set(this.lastWrId, this)
-    this.counter?.addPending()
+    this.counter?.addPending(this.owner)
     if (wait.timeoutMs !== undefined) {
       this.#timer = setTimeout(() => {
         this.reject(new RdmaError(`${this.verb} timed out after ${wait.timeoutMs} ms`, {

@@ -22,15 +22,26 @@ const encoder = new WorkRequestEncoder()
 /**
  * What one queue of a QP holds on its (possibly shared) CQ: requests waiting
  * there (they keep it polling) and credits (entries promised to its work
- * requests). Holds no reference to the QP, so that a QP dropped without
- * close() can be collected and give these back (see `collectedQps`).
+ * requests). Holds the QP only while requests wait (`holder`; collectedQps
+ * holds the ledger): whoever awaits a request may hold nothing but its
+ * promise, and the request must still settle. A server loop awaiting only
+ * `conn.receiveJson()` was collected with its connection, and the peer saw a
+ * disconnect. A QP dropped without close() and with nothing in flight is
+ * collected and gives these back (see `collectedQps`).
  */
 class QueueLedger implements PendingCounter {
   pendings = 0
   credits = 0
+  holder: object | undefined = undefined
   constructor(readonly cq: CompletionQueue) {}
-  addPending(): void { this.pendings++; this.cq.addPending() }
-  removePending(): void { this.pendings--; this.cq.removePending() }
+  addPending(owner: object): void {
+    if (this.pendings++ === 0) this.holder = owner
+    this.cq.addPending()
+  }
+  removePending(): void {
+    if (--this.pendings === 0) this.holder = undefined
+    this.cq.removePending()
+  }
   /** Gives back credits to the CQ. */
   give(credits: number): void {
     this.credits -= credits
@@ -40,6 +51,7 @@ class QueueLedger implements PendingCounter {
   giveAll(): void {
     this.give(this.credits)
     for (; this.pendings > 0; this.pendings--) this.cq.removePending()
+    this.holder = undefined
   }
 }
 

@@ -14,6 +14,9 @@ const encoder = new WorkRequestEncoder()
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
+/** SRQs with receives waiting, held: a receive in flight keeps its SRQ alive until it settles (see QueueLedger in queue-pair.ts). */
+const busySrqs = new Set<SharedReceiveQueue>()
+
 export class SharedReceiveQueue extends Resource {
   protected readonly kind = 'SharedReceiveQueue'
   /** @internal */ readonly handle: NativeSharedReceiveQueue
@@ -71,13 +74,13 @@ export class SharedReceiveQueue extends Resource {
 
   /** @internal PendingCounter: every receive CQ of an attached QP keeps the loop alive (and polls, in busy mode). */
   addPending(): void {
-    this.#pending++
+    if (this.#pending++ === 0) busySrqs.add(this)
     for (const cq of this.#cqs.keys()) cq.addPending()
   }
 
   /** @internal PendingCounter */
   removePending(): void {
-    this.#pending--
+    if (--this.#pending === 0) busySrqs.delete(this)
     for (const cq of this.#cqs.keys()) cq.removePending()
   }
 

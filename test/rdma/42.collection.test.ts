@@ -1,10 +1,11 @@
-// "GC is a safety net": objects the program drops, even with requests still
-// in flight (receives no message filled), are collected and their native
-// handles freed. Counted in the kernel (rdma resource show, /proc/self/fd),
-// not only through WeakRefs. Needs --expose-gc (vitest.rdma.config.ts).
+// "GC is a safety net": objects the program drops with nothing in flight are
+// collected and their native handles freed, counted in the kernel (rdma
+// resource show, /proc/self/fd), not only through WeakRefs. A request in
+// flight keeps what it needs alive until it settles, even when the program
+// holds nothing but its promise. Needs --expose-gc (vitest.rdma.config.ts).
 import { describe, expect, it } from 'vitest'
-import { Access, type Device } from '../../dist/index.js'
-import { testDevice } from './helpers.js'
+import { Access, connect, listen, type Connection, type Device } from '../../dist/index.js'
+import { pattern, testDevice, within } from './helpers.js'
 import { countAll, countResources } from './resources.js'
 
 const gc = (globalThis as { gc?: () => void }).gc
@@ -28,30 +29,57 @@ async function collect(refs: Array<WeakRef<object>>, freed: () => boolean): Prom
   return false
 }
 
-/** A QP in INIT with receives posted that nothing will fill, on a PD, CQ and region of its own. */
-function qpWithReceives(device: Device): Array<WeakRef<object>> {
+/** A QP on a PD, CQ and region of its own, whose receives were posted and then flushed (QP moved to ERR): nothing is in flight. */
+async function qpWithSettledReceives(device: Device): Promise<Array<WeakRef<object>>> {
   const pd = device.allocPd()
   const cq = device.createCq({ entries: 64 })
   const qp = pd.createQp({ type: 'RC', sendCq: cq })
   const region = pd.allocRegion(4096, Access.LocalWrite)
   qp.modify('INIT', { pkeyIndex: 0, portNum: 1, accessFlags: Access.LocalWrite })
-  for (let i = 0; i < 4; i++) qp.recv(region.slice(i * 64, 64)).catch(() => {})
+  const receives = Array.from({ length: 4 }, (_, i) => qp.recv(region.slice(i * 64, 64)))
   expect(qp.outstanding).toBe(4)
+  qp.modify('ERR')
+  const outcomes = await within(Promise.allSettled(receives), 10_000, 'the flushed receives')
+  expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected'])
+  expect(qp.outstanding).toBe(0)
   return [pd, cq, qp, region].map((o) => new WeakRef(o))
 }
 
+/**
+ * The counts once garbage left by earlier files of this process (they share
+ * it) is collected: a baseline that later collections cannot lower.
+ */
+async function baseline(): Promise<ReturnType<typeof countAll>> {
+  let last = JSON.stringify(countAll())
+  for (let round = 0; round < 50; round++) {
+    await gcRounds(3)
+    const now = JSON.stringify(countAll())
+    if (now === last) break
+    last = now
+  }
+  return JSON.parse(last) as ReturnType<typeof countAll>
+}
+
+/** GC rounds with a turn of the loop between them (native finalizers run after a GC). */
+async function gcRounds(rounds: number): Promise<void> {
+  for (let i = 0; i < rounds; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    gc!()
+  }
+}
+
 describe('garbage collection frees native handles', () => {
-  it('a dropped QP with receives in flight', async () => {
+  it('a dropped QP whose requests settled', async () => {
     expect(gc, 'run with --expose-gc').toBeTypeOf('function')
     const device = testDevice()
     try {
-      const before = countAll()
-      const refs = qpWithReceives(device)
+      const before = await baseline()
+      const refs = await qpWithSettledReceives(device)
       expect(countResources('qp')).toBe(before.qp + 1)
       const freed = await collect(refs, () => JSON.stringify(countAll()) === JSON.stringify(before))
       expect(refs.map((r) => r.deref() === undefined)).toEqual([true, true, true, true])
-      expect(freed).toBe(true)
       expect(countAll()).toEqual(before)
+      expect(freed).toBe(true)
     } finally {
       device.close()
     }
@@ -59,14 +87,82 @@ describe('garbage collection frees native handles', () => {
 
   it('a dropped device with everything under it', async () => {
     expect(gc, 'run with --expose-gc').toBeTypeOf('function')
-    const before = countAll()
-    const refs = (() => {
+    const before = await baseline()
+    const refs = await (async () => {
       const device = testDevice()
-      return [new WeakRef(device), ...qpWithReceives(device)]
+      return [new WeakRef(device), ...await qpWithSettledReceives(device)]
     })()
     const freed = await collect(refs, () => JSON.stringify(countAll()) === JSON.stringify(before))
     expect(refs.map((r) => r.deref() === undefined)).toEqual([true, true, true, true, true])
     expect(freed).toBe(true)
     expect(countAll()).toEqual(before)
   }, 180_000)
+
+  it('a dropped QP with a receive in flight stays alive until it settles: a message sent later arrives', async () => {
+    expect(gc, 'run with --expose-gc').toBeTypeOf('function')
+    const device = testDevice()
+    try {
+      const pd = device.allocPd()
+      const cq = device.createCq()
+      const sender = pd.createQp({ type: 'RC', sendCq: cq })
+      const region = pd.allocRegion(4096, Access.LocalWrite)
+      // The receiving side: nothing of it is referenced below but the promise of its receive.
+      const { endpoint, received, ref } = await (async () => {
+        const rpd = device.allocPd()
+        const rcq = device.createCq()
+        const qp = rpd.createQp({ type: 'RC', sendCq: rcq })
+        const buffer = rpd.allocRegion(4096, Access.LocalWrite)
+        await qp.connect(sender.endpoint())
+        const received = qp.recv(buffer.slice(0, 256)).then(() => Buffer.from(buffer.bytes.subarray(0, 256)))
+        return { endpoint: qp.endpoint(), received, ref: new WeakRef(qp) }
+      })()
+      await sender.connect(endpoint)
+      await gcRounds(20)
+      expect(ref.deref(), 'the QP with a receive in flight').toBeDefined()
+      region.bytes.set(pattern(256, 3))
+      await sender.send(region.slice(0, 256))
+      expect(Buffer.compare(await within(received, 10_000, 'the receive'), pattern(256, 3))).toBe(0)
+    } finally {
+      device.close()
+    }
+  }, 60_000)
+
+  it('an accepted connection that only a loop awaiting receiveJson() references keeps serving (it was collected and its peer saw a disconnect)', async () => {
+    expect(gc, 'run with --expose-gc').toBeTypeOf('function')
+    const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
+    const device = testDevice()
+    const pd = device.allocPd()
+    const listener = await listen({ host, port: 0, pd })
+    const got: unknown[] = []
+    let served!: (outcome: string) => void
+    const serving = new Promise<string>((resolve) => { served = resolve })
+    listener.on('request', (request) => {
+      void request.accept({ receiveJson: true }).then(async (conn) => {
+        for (;;) {
+          const message = (await conn.receiveJson()) as { n?: number; done?: boolean }
+          got.push(message)
+          if (message.done) break
+        }
+        served('done') // the connection stays open: the client's close() ends it
+
+      }).catch((error: unknown) => served(`failed: ${String(error)}`))
+    })
+    let client: Connection | undefined
+    try {
+      client = await connect({ host, port: listener.address!.port, pd, timeoutMs: 30_000 })
+      let disconnected = false
+      client.on('disconnected', () => { disconnected = true })
+      await gcRounds(20)
+      await client.sendJson({ n: 1 })
+      await gcRounds(5)
+      await client.sendJson({ done: true })
+      expect(await within(serving, 30_000, 'the server loop')).toBe('done')
+      expect(got).toEqual([{ n: 1 }, { done: true }])
+      expect(disconnected, 'the client saw a disconnect before it was done').toBe(false)
+    } finally {
+      client?.close()
+      listener.close()
+      device.close()
+    }
+  }, 120_000)
 })
