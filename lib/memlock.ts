@@ -38,10 +38,11 @@ function pinState(procFile = '/proc/self/status'): { pinnedBytes?: number; ipcLo
  * limit is what refused it: the limit is finite and the process lacks
  * CAP_IPC_LOCK. Otherwise `error` unchanged.
  */
-export function explainRegistrationFailure(error: unknown, length: number): unknown {
+export function explainRegistrationFailure(error: unknown, length: number,
+  proc: { limits: string; status: string } = { limits: '/proc/self/limits', status: '/proc/self/status' }): unknown {
   if (!(error instanceof RdmaError) || error.code !== 'ENOMEM' || error.syscall !== 'ibv_reg_mr') return error
-  const limit = memlockLimit()
-  const { pinnedBytes, ipcLock } = pinState()
+  const limit = memlockLimit(proc.limits)
+  const { pinnedBytes, ipcLock } = pinState(proc.status)
   if (limit === undefined || limit === Infinity || ipcLock === true) return error
   const pinned = pinnedBytes === undefined ? '' : ` (${pinnedBytes} bytes are pinned already)`
   return new RdmaError(

@@ -34,4 +34,31 @@ describe('explainRegistrationFailure', () => {
     const otherCall = new RdmaError('mmap: Cannot allocate memory', { code: 'ENOMEM', errno: 12, syscall: 'mmap' })
     expect(explainRegistrationFailure(otherCall, 4096)).toBe(otherCall)
   })
+
+  // The process these tests run in may hold CAP_IPC_LOCK (root): the /proc files are given.
+  const enomem = () => new RdmaError('ibv_reg_mr: Cannot allocate memory', { code: 'ENOMEM', errno: 12, syscall: 'ibv_reg_mr' })
+  const status = (capEff: string) => {
+    const file = join(dir, String(Math.random()))
+    writeFileSync(file, `Name:\tnode\nVmPin:\t      64 kB\nCapEff:\t${capEff}\n`)
+    return file
+  }
+  const finite = () => limits('Max locked memory         65536                65536                bytes')
+
+  it('names RLIMIT_MEMLOCK and the fix when a finite limit refused the pin and CAP_IPC_LOCK is missing', () => {
+    const cause = enomem()
+    const error = explainRegistrationFailure(cause, 1 << 20, { limits: finite(), status: status('0000000000000000') }) as RdmaError
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(error).toMatchObject({ code: 'ERR_MEMLOCK_LIMIT', errno: 12, syscall: 'ibv_reg_mr', cause })
+    expect(error.message).toMatch(/cannot pin 1048576 bytes: RLIMIT_MEMLOCK is 65536 bytes \(65536 bytes are pinned already\)/)
+    expect(error.message).toMatch(/ulimit -l unlimited/)
+    expect(error.message).toMatch(/CAP_IPC_LOCK/)
+  })
+
+  it('leaves ENOMEM alone when the limit is unlimited or the process holds CAP_IPC_LOCK', () => {
+    const unlimited = limits('Max locked memory         unlimited            unlimited            bytes')
+    const a = enomem()
+    expect(explainRegistrationFailure(a, 4096, { limits: unlimited, status: status('0000000000000000') })).toBe(a)
+    const b = enomem()
+    expect(explainRegistrationFailure(b, 4096, { limits: finite(), status: status('0000000000004000') })).toBe(b) // bit 14
+  })
 })
