@@ -3,7 +3,7 @@
 // this class settles the matching requests. A busy-poll mode trades CPU for
 // latency.
 import { performance } from 'node:perf_hooks'
-import { native, type NativeCompletionQueue } from './native.js'
+import { COMPLETION_WORDS, native, type NativeCompletionQueue } from './native.js'
 import { call, errnoName, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import type { CompletionEntry, Pending } from './pending.js'
@@ -11,7 +11,7 @@ import { WorkQueueSlots } from './work-queue.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
 
-const WORDS = native.completionWords
+const WORDS = COMPLETION_WORDS
 const TWO_32 = 4294967296
 /**
  * Completions harvested right after a post (without a turn of the event loop)

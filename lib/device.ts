@@ -1,6 +1,6 @@
 // Devices: listing, opening, queries, and device async events.
 import { EventEmitter } from 'node:events'
-import { native, type NativeContext } from './native.js'
+import { native, whenLoaded, type NativeContext } from './native.js'
 import { call, errnoName, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { integer, typeError } from './validate.js'
@@ -88,30 +88,47 @@ export function listDevices(): DeviceInfo[] {
   return call(() => native.listDevices())
 }
 
+/** How to get a device where there is none: native Soft-RoCE first, a QEMU guest second. */
+export const NO_DEVICES_HELP =
+  'No RDMA devices on this machine. To get a software one (Soft-RoCE):\n' +
+  '  - on a kernel with rdma_rxe (as root): modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <netdev>\n' +
+  '    (or: npx node-ibverbs softroce up)\n' +
+  '  - otherwise in a QEMU guest with Debian\'s kernel: npx node-ibverbs softroce run -- <command>\n' +
+  'npx node-ibverbs devices shows what this machine has.'
+
 /**
  * Opens a device by name, or without a name the first device with an ACTIVE
- * port. Throws an RdmaError with code 'ENODEV' naming the devices that exist.
+ * port. Throws an RdmaError with code 'ENODEV' naming the devices that exist;
+ * its message tells "no devices" (how to get one) from "no ACTIVE port"
+ * (each port's state and how to bring it up).
  */
 export function openDevice(name?: string): Device {
   const devices = listDevices()
   if (name !== undefined && typeof name !== 'string') throw typeError('a device name', 'name', name)
   const names = devices.map((d) => d.name)
-  const available = names.length ? `available: ${names.join(', ')}` : 'no RDMA devices on this machine (see the README: Soft-RoCE)'
+  const noDevice = (message: string) => Object.assign(new RdmaError(message, { code: 'ENODEV' }), { devices: names })
+  if (names.length === 0) throw noDevice(NO_DEVICES_HELP)
   if (name !== undefined) {
-    if (!names.includes(name)) throw Object.assign(new RdmaError(`No RDMA device named '${name}'; ${available}`, { code: 'ENODEV' }), { devices: names })
+    if (!names.includes(name)) throw noDevice(`No RDMA device named '${name}'; available: ${names.join(', ')}`)
     return new Device(name)
   }
+  const states: string[] = []
   for (const candidate of names) {
     const device = new Device(candidate)
     try {
       const ports = device.query().physPortCount
-      for (let port = 1; port <= ports; port++) if (device.queryPort(port).state === 'ACTIVE') return device
-    } catch {
-      // not usable: try the next one
+      for (let port = 1; port <= ports; port++) {
+        const state = device.queryPort(port).state
+        if (state === 'ACTIVE') return device
+        states.push(`${candidate} port ${port}: ${state}`)
+      }
+    } catch (error) {
+      states.push(`${candidate}: ${(error as Error).message}`) // not usable: try the next one
     }
     device.close()
   }
-  throw Object.assign(new RdmaError(`No RDMA device with an ACTIVE port; ${available}`, { code: 'ENODEV' }), { devices: names })
+  throw noDevice(`No RDMA device with an ACTIVE port (${states.join('; ')}). ` +
+    'Bring the netdev under the port up (ip link set <netdev> up); npx node-ibverbs devices shows each port\'s state.')
 }
 
 export class Device extends Resource {
@@ -263,10 +280,11 @@ export class Device extends Resource {
 const openDevices = new Map<string, Set<WeakRef<Device>>>()
 // Each listener runs in turn; one may close any Device (each checks that it is
 // still open), so the set is copied first.
-native.setAsyncEventHandler((name, type, detail, code) => {
+// Installed when the addon loads (on first use, not at import).
+whenLoaded((addon) => addon.setAsyncEventHandler((name, type, detail, code) => {
   for (const ref of [...(openDevices.get(name) ?? [])]) {
     const device = ref.deref()
     if (type < 0) device?.onAsyncFailure(detail, code ?? errnoName(detail))
     else device?.onAsyncEvent(type, detail)
   }
-})
+}))

@@ -51,6 +51,7 @@ export class RdmaError extends Error {
 
 /** Converts an error thrown by the addon into an RdmaError (or a Node-style TypeError/RangeError). */
 export function fromNative(error: unknown): Error {
+  if (error instanceof RdmaError) return error // already ours (e.g. the remembered ERR_ADDON_LOAD)
   if (!(error instanceof Error)) return new RdmaError(String(error), { code: 'ERR_UNKNOWN' })
   const e = error as Error & { code?: string; errno?: number; syscall?: string; posted?: number }
   if (e.code === 'ERR_INVALID_ARG_TYPE' || e.code === 'ERR_INVALID_ARG_VALUE') {

@@ -3,6 +3,7 @@
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
 import { dirname, join } from 'node:path'
+import { RdmaError } from './errors.js'
 
 export interface NativeDeviceInfo { name: string; guid: string; nodeType: string; transport: string }
 
@@ -120,26 +121,102 @@ export interface NativeAddon {
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..')
 
+// Layout constants of native/work_request.h and resources.h. They are known
+// without the addon (the encoders are pure); load() checks that the addon
+// agrees, so a stale build fails with a clear error, not with corrupt requests.
+export const COMPLETION_WORDS = 16
+export const SEND_HEADER_WORDS = 16
+export const RECV_HEADER_WORDS = 4
+
+/** Packages that provide what a source build needs, per distribution family. */
+export const BUILD_PACKAGES =
+  '  Debian/Ubuntu: apt-get install libibverbs-dev librdmacm-dev pkg-config python3 make g++\n' +
+  '  RHEL/Fedora:   dnf install rdma-core-devel pkgconf-pkg-config python3 make gcc-c++\n' +
+  '  Alpine:        apk add rdma-core-dev pkgconf python3 make g++ linux-headers'
+
+function loadFailure(cause: unknown): RdmaError {
+  const reason = cause instanceof Error ? cause.message : String(cause)
+  return new RdmaError(
+    `node-ibverbs: could not load the native addon (${reason}).\n` +
+      'Possible fixes:\n' +
+      '- install rdma-core\'s runtime libraries: apt-get install libibverbs1 librdmacm1 ibverbs-providers\n' +
+      '  (RHEL/Fedora: dnf install rdma-core libibverbs librdmacm; Alpine: apk add rdma-core)\n' +
+      '- no prebuilt binary matches this platform: build from source with the development packages,\n' +
+      BUILD_PACKAGES + '\n' +
+      '  then npm rebuild node-ibverbs',
+    { code: 'ERR_ADDON_LOAD', cause },
+  )
+}
+
 function load(): NativeAddon {
   const require = createRequire(import.meta.url)
+  let addon: NativeAddon
   try {
     // NODE_IBVERBS_ADDON names another build of the addon to load (scripts/test-asan.mjs
     // points it at the sanitizer build, so the normal build/Release stays untouched).
     const override = process.env.NODE_IBVERBS_ADDON
-    return (override ? require(override) : require('node-gyp-build')(packageRoot)) as NativeAddon
+    addon = (override ? require(override) : require('node-gyp-build')(packageRoot)) as NativeAddon
   } catch (cause) {
-    const reason = cause instanceof Error ? cause.message : String(cause)
-    const error = new Error(
-      `node-ibverbs: could not load the native addon (${reason}).\n` +
-        'Possible fixes:\n' +
-        '- install rdma-core\'s runtime libraries: apt-get install libibverbs1 librdmacm1 ibverbs-providers\n' +
-        '- to build from source, install the development packages and a compiler:\n' +
-        '  apt-get install libibverbs-dev librdmacm-dev pkg-config python3 make g++, then npm rebuild node-ibverbs',
-      { cause },
-    ) as Error & { code: string }
-    error.code = 'ERR_ADDON_LOAD'
-    throw error
+    throw loadFailure(cause)
   }
+  if (addon.completionWords !== COMPLETION_WORDS || addon.sendHeaderWords !== SEND_HEADER_WORDS ||
+      addon.recvHeaderWords !== RECV_HEADER_WORDS) {
+    throw loadFailure(new Error('the binary was built from other sources than this package\'s JavaScript (layout constants differ)'))
+  }
+  return addon
 }
 
-export const native: NativeAddon = load()
+// The addon loads on first use, never at import: importing the package works
+// everywhere, and isAvailable()/loadError() tell a service whether RDMA can
+// be used at all. A failed load is remembered and thrown again on each use.
+let loaded: NativeAddon | undefined
+let failure: RdmaError | undefined
+const onLoad: Array<(addon: NativeAddon) => void> = []
+
+/** The addon, loaded now if it was not yet. Throws the load error (code ERR_ADDON_LOAD). */
+export function addon(): NativeAddon {
+  if (loaded) return loaded
+  if (failure) throw failure
+  try {
+    loaded = load()
+  } catch (error) {
+    failure = error instanceof RdmaError ? error : loadFailure(error)
+    throw failure
+  }
+  for (const hook of onLoad) hook(loaded)
+  return loaded
+}
+
+/** Runs hook with the addon once it is loaded (now, if it already is). */
+export function whenLoaded(hook: (addon: NativeAddon) => void): void {
+  if (loaded) hook(loaded)
+  else onLoad.push(hook)
+}
+
+/**
+ * The addon, reached lazily: each property access loads it on first use.
+ * Only constructors and setup calls go through here, never the per-operation
+ * paths (those call methods of the handles the constructors returned).
+ */
+export const native: NativeAddon = new Proxy({} as NativeAddon, {
+  get: (_target, key) => Reflect.get(addon(), key),
+})
+
+/**
+ * Whether the native addon loads here (a prebuilt or locally built binary
+ * matching this platform, and rdma-core's runtime libraries). Loads it if it
+ * was not yet. Says nothing about RDMA devices: see listDevices().
+ */
+export function isAvailable(): boolean {
+  return loadError() === null
+}
+
+/** Why the native addon does not load here (code ERR_ADDON_LOAD), or null when it does. */
+export function loadError(): RdmaError | null {
+  try {
+    addon()
+    return null
+  } catch (error) {
+    return error as RdmaError
+  }
+}

@@ -1,10 +1,10 @@
 // Encodes work requests into a reusable Uint32Array that the addon posts with
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
-import { native } from './native.js'
+import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from './native.js'
 import { RdmaError } from './errors.js'
 
-const SEND_HEADER = native.sendHeaderWords // 16
-const RECV_HEADER = native.recvHeaderWords // 4
+const SEND_HEADER = SEND_HEADER_WORDS // 16
+const RECV_HEADER = RECV_HEADER_WORDS // 4
 const SGE_WORDS = 4
 const TWO_32 = 4294967296
 const INLINE = 8 // IBV_SEND_INLINE

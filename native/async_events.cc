@@ -1,4 +1,5 @@
 #include "async_events.h"
+#include "errno_names.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -127,7 +128,7 @@ void CallJs(napi_env raw_env, napi_value /*callback*/, void* context, void* payl
     napi_async_context async = AsyncContextOf(env, LoopCallback::AsyncEvents);
     if (event->type < 0) {
       int err = static_cast<int>(event->detail);
-      const char* name = strerrorname_np(err);
+      const char* name = ErrnoNameOrNull(err);
       CallFromLoop(env, async, data->on_async_event,
                    {Napi::String::New(env, event->device), Napi::Number::New(env, -1), Napi::Number::New(env, err),
                     Napi::String::New(env, name ? name : "EIO")});

@@ -1,4 +1,5 @@
 #include "common.h"
+#include "errno_names.h"
 
 #include <string.h>
 
@@ -13,7 +14,7 @@ const napi_type_tag kTags[] = {
 };
 
 std::string ErrnoName(int err) {
-  const char* name = strerrorname_np(err);
+  const char* name = ErrnoNameOrNull(err);
   return name ? name : "E" + std::to_string(err);
 }
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "addon.h"
 #include "async_events.h"
+#include "gid_entry.h"
 #include "resources.h"
 
 namespace ibv {
@@ -230,9 +231,9 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     uint32_t n = 0;
     for (int index = 0; index < attr.gid_tbl_len; index++) {
       ibv_gid_entry entry{};
-      rc = ibv_query_gid_ex(ctx, port, index, &entry, 0);
+      rc = QueryGidEntry(ctx, port, static_cast<uint32_t>(index), &entry);
       if (rc == ENODATA || rc == EINVAL) continue;  // empty slot
-      if (rc) ThrowErrno(env, rc, "ibv_query_gid_ex");
+      if (rc) ThrowErrno(env, rc, "ibv_query_gid");
       Napi::Object o = Napi::Object::New(env);
       o.Set("index", index);
       o.Set("gid", GidString(entry.gid));

@@ -6,6 +6,7 @@
 
 #include "addon.h"
 #include "common.h"
+#include "gid_entry.h"
 #include "work_request.h"
 
 namespace ibv {
@@ -98,6 +99,11 @@ Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
 
 void InitTestHooks(Napi::Env env, Napi::Object exports) {
   exports.Set("__testOnlyDecodeWorkRequests", Napi::Function::New(env, DecodeWorkRequestsForTest));
+  // Which way device.gids() reads GID entries: "ibv_query_gid_ex" (found at
+  // run time) or "sysfs" (the fallback for rdma-core < 31).
+  exports.Set("__testOnlyGidQuery", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    return Napi::String::New(info.Env(), UsesQueryGidEx() ? "ibv_query_gid_ex" : "sysfs");
+  }));
 }
 
 }  // namespace ibv

@@ -4,9 +4,12 @@ import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { NO_DEVICES_HELP } from '../device.js'
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const softroceScript = join(packageRoot, 'scripts', 'softroce.sh')
+// The same advice as openDevice()'s: native rxe first, a QEMU guest second.
+const NO_DEVICE_HELP = NO_DEVICES_HELP.replace(/npx node-ibverbs /g, 'node-ibverbs ')
 
 const USAGE = `usage: node-ibverbs COMMAND
 
@@ -29,11 +32,6 @@ const USAGE = `usage: node-ibverbs COMMAND
 class CliError extends Error {
   constructor(message: string, readonly exitCode = 1) { super(message) }
 }
-
-const NO_DEVICE_HELP = `No RDMA device on this machine. To get a software one (Soft-RoCE):
-  - run a command in an environment that has one:  node-ibverbs softroce run -- node-ibverbs devices
-  - or, on a kernel with rdma_rxe (root):            sudo modprobe rdma_rxe && sudo rdma link add rxe0 type rxe netdev <netdev>
-                                                     (or: node-ibverbs softroce up)`
 
 /** "Max locked memory" soft limit in bytes from /proc/self/limits (undefined: unlimited/unknown). */
 export function memlockLimit(): number | undefined {
@@ -62,7 +60,7 @@ function explain(error: unknown): never {
   if (e?.code === 'ERR_ADDON_LOAD') throw new CliError(e.message)
   if (e?.code === 'ENODEV') {
     const msg = String(e.message)
-    if (/no RDMA devices/.test(msg)) throw new CliError(NO_DEVICE_HELP)
+    if (msg === NO_DEVICES_HELP) throw new CliError(NO_DEVICE_HELP)
     throw new CliError(`${msg}\nA port must be ACTIVE: check the netdev under it is up (ip link set <netdev> up) and \`node-ibverbs devices\`.`)
   }
   if ((e?.code === 'ENOMEM' || e?.code === 'EPERM' || e?.code === 'EAGAIN') && /reg_mr|MemoryRegion|alloc/i.test(`${e.syscall ?? ''} ${e.message}`)) {
@@ -296,9 +294,11 @@ async function main(argv: string[]): Promise<void> {
       return
     case 'bench': return bench(rest)
     case 'softroce': return softroce(rest)
-    case undefined: case 'help': case '-h': case '--help':
+    case 'help': case '-h': case '--help':
       process.stdout.write(USAGE)
       return
+    case undefined:
+      throw new CliError(`no command given\n\n${USAGE}`, 2)
     default:
       throw new CliError(`unknown command '${command}'\n\n${USAGE}`, 2)
   }

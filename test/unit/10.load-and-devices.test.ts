@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import * as api from '../../dist/index.js'
 import { native } from '../../dist/native.js'
+import { NO_DEVICES_HELP } from '../../dist/device.js'
 import { kernelDevices } from './kernel-devices.js'
 
 const { listDevices, openDevice, RdmaError } = api
@@ -33,8 +34,8 @@ describe('the addon', () => {
       'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'Peer', 'ProtectionDomain', 'QpState',
       'QueuePair', 'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'Segment', 'SharedReceiveQueue',
       'TransferAgent', 'TransferError', 'TransferPlan', 'connect', 'decodeDescriptors', 'decodeWord', 'enableForkSupport',
-      'encodeDescriptors', 'forkSupport', 'heldWord', 'listDevices', 'listen', 'openDevice', 'remoteRegion',
-      'wcStatusNames',
+      'encodeDescriptors', 'forkSupport', 'heldWord', 'isAvailable', 'listDevices', 'listen', 'loadError',
+      'openDevice', 'remoteRegion', 'wcStatusNames',
     ])
   })
 
@@ -45,9 +46,11 @@ describe('the addon', () => {
     try {
       mkdirSync(join(dir, 'dist'))
       cpSync(join(root, 'dist', 'native.js'), join(dir, 'dist', 'native.js'))
+      cpSync(join(root, 'dist', 'errors.js'), join(dir, 'dist', 'errors.js'))
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'x', type: 'module' }))
       symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'))
-      const script = `import('./dist/native.js').then(() => console.log('LOADED'), (e) => console.log(JSON.stringify({ code: e.code, message: e.message, cause: !!e.cause })))`
+      // Importing never throws (the addon loads on first use): loadError() tells.
+      const script = `import('./dist/native.js').then((m) => { const e = m.loadError(); console.log(e ? JSON.stringify({ code: e.code, message: e.message, cause: !!e.cause }) : 'LOADED') })`
       const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: dir, encoding: 'utf8' })
       const out = child.stdout.trim()
       expect(out).not.toBe('LOADED')
@@ -90,7 +93,8 @@ describe('openDevice()', () => {
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.name).toBe('RdmaError')
     expect(error.code).toBe('ENODEV')
-    expect(error.message).toMatch(/^No RDMA device named 'no-such-device-0'; /)
+    // Without any device the message says how to get one instead (tested below).
+    expect(error.message).toMatch(noDevices ? /^No RDMA devices on this machine\./ : /^No RDMA device named 'no-such-device-0'; available: /)
     expect(error.devices).toEqual(listDevices().map((d) => d.name))
   })
 
@@ -98,7 +102,8 @@ describe('openDevice()', () => {
     const error = thrown(() => openDevice('rxe0'))
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
-    expect(error.message).toBe("No RDMA device named 'rxe0'; no RDMA devices on this machine (see the README: Soft-RoCE)")
+    // No devices at all: how to get one (native rxe first, then a QEMU guest), not "no such name".
+    expect(error.message).toBe(NO_DEVICES_HELP)
     expect(error.devices).toEqual([])
   })
 
@@ -106,7 +111,9 @@ describe('openDevice()', () => {
     const error = thrown(() => openDevice())
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
-    expect(error.message).toBe('No RDMA device with an ACTIVE port; no RDMA devices on this machine (see the README: Soft-RoCE)')
+    expect(error.message).toBe(NO_DEVICES_HELP)
+    expect(error.message.indexOf('modprobe rdma_rxe')).toBeLessThan(error.message.indexOf('softroce run'))
+    expect(error.message).toContain('npx node-ibverbs devices')
     expect(error.devices).toEqual([])
   })
 })
