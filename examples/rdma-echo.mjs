@@ -83,9 +83,14 @@ if (v.server) {
   const message = Buffer.alloc(size)
   Buffer.from('node-ibverbs echo').copy(message, 0, 0, size) // any bytes: the C server ignores them
   io.region.bytes.set(message, size)
-  await conn.qp.send(io.region.slice(size, size), { inline: size <= conn.qp.caps.maxInlineData })
+  const sent = conn.qp.send(io.region.slice(size, size), { inline: size <= conn.qp.caps.maxInlineData }).then(() => undefined, (error) => error)
   const wc = await io.received
   if (wc.byteLength !== size) throw new Error(`received ${wc.byteLength} bytes, expected ${size}`)
+  // The echo proves the server got the message. The ACK of our send can still
+  // be lost behind the server's disconnect (rdma_server disconnects as soon as
+  // its reply is acknowledged): the send is then flushed, although delivered.
+  const failure = await sent
+  if (failure && failure.code !== 'WR_FLUSH_ERR') throw failure
   await conn.disconnect()
   console.log(`rdma-echo: client OK: sent ${size} bytes to ${host}:${port}, received ${wc.byteLength} bytes back (${(performance.now() - start).toFixed(1)} ms)`)
 }
