@@ -62,6 +62,21 @@ exec ${real} ${plugin} "\${args[@]}"
   return bin
 }
 
+/**
+ * Boots the Soft-RoCE guest once (2 GiB, 30 min; boot and rxe get 600 s, slow
+ * under the plugin) with `bin` (a qemuWrapper()) first in PATH, and runs
+ * `node SCRIPT --guest ARGV` in it. Returns its exit code and all it printed on stdout.
+ */
+export async function bootGuest(script, argv, bin) {
+  const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
+    process.execPath, script, '--guest', ...argv],
+  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
+  let out = ''
+  child.stdout.on('data', (d) => { out += d })
+  const code = await new Promise((r) => child.on('close', r))
+  return { code, out }
+}
+
 function parseRegions(text) {
   return text.split('\n').filter((l) => l.startsWith('REGION ')).map((line) => {
     const f = line.split(' ')
@@ -178,12 +193,7 @@ async function host(argv) {
   const log = join(dir, 'plugin.log')
   if (existsSync(log)) rmSync(log)
   const bin = qemuWrapper(log, argv.includes('--profile'))
-  const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
-    process.execPath, fileURLToPath(import.meta.url), '--guest', ...argv],
-  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
-  let out = ''
-  child.stdout.on('data', (d) => { out += d })
-  const code = await new Promise((r) => child.on('close', r))
+  const { code, out } = await bootGuest(fileURLToPath(import.meta.url), argv, bin)
   const labels = out.split('\n').filter((l) => l.startsWith('@icount ')).map((l) => JSON.parse(l.slice(8)))
   const regions = existsSync(log) ? parseRegions(readFileSync(log, 'utf8')) : []
   if (labels.length === 0 || labels.length !== regions.length) {
