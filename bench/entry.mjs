@@ -1,6 +1,7 @@
-// What the bench scripts that write result files (run.mjs, transfer.mjs) share
-// at their entry: the options they all take, and whether this machine has an
-// RDMA device (without one they re-run themselves in the Soft-RoCE guest).
+// What the bench scripts share at their entry: the options that run.mjs and
+// transfer.mjs both take, whether this machine has an RDMA device (without one
+// they re-run themselves in the Soft-RoCE guest), and running main() only when
+// a script is started rather than imported (run.mjs imports the others).
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
@@ -30,4 +31,13 @@ export async function hasDevice() {
   } catch {
     return false
   }
+}
+
+/** Runs `main(argv)` when `scriptUrl` is the script node was started with (not when it is imported); a failure prints `name: stack` and exits 1. */
+export function runIfMain(scriptUrl, main, name) {
+  if (process.argv[1] !== fileURLToPath(scriptUrl)) return
+  main(process.argv.slice(2)).catch((e) => {
+    console.error(`${name}: ${e?.stack ?? e}`)
+    process.exit(1)
+  })
 }

@@ -14,6 +14,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { runIfMain } from './entry.mjs'
 import { createRequire } from 'node:module'
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -214,9 +215,4 @@ export async function main(argv) {
   return host(argv)
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  main(process.argv.slice(2)).catch((e) => {
-    console.error(`icount: ${e?.stack ?? e}`)
-    process.exit(1)
-  })
-}
+runIfMain(import.meta.url, main, 'icount')

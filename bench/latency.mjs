@@ -13,6 +13,7 @@ import { spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { runIfMain } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const option = (argv, name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : argv[i + 1] }
@@ -119,9 +120,4 @@ export async function main(argv) {
   return host(argv)
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  main(process.argv.slice(2)).catch((e) => {
-    console.error(`latency: ${e?.stack ?? e}`)
-    process.exit(1)
-  })
-}
+runIfMain(import.meta.url, main, 'latency')
