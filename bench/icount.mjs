@@ -14,6 +14,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { runIfMain } from './entry.mjs'
 import { createRequire } from 'node:module'
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -60,6 +61,21 @@ exec ${real} ${plugin} "\${args[@]}"
 `)
   chmodSync(join(bin, 'qemu-system-x86_64'), 0o755)
   return bin
+}
+
+/**
+ * Boots the Soft-RoCE guest once (2 GiB, 30 min; boot and rxe get 600 s, slow
+ * under the plugin) with `bin` (a qemuWrapper()) first in PATH, and runs
+ * `node SCRIPT --guest ARGV` in it. Returns its exit code and all it printed on stdout.
+ */
+export async function bootGuest(script, argv, bin) {
+  const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
+    process.execPath, script, '--guest', ...argv],
+  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
+  let out = ''
+  child.stdout.on('data', (d) => { out += d })
+  const code = await new Promise((r) => child.on('close', r))
+  return { code, out }
 }
 
 function parseRegions(text) {
@@ -178,12 +194,7 @@ async function host(argv) {
   const log = join(dir, 'plugin.log')
   if (existsSync(log)) rmSync(log)
   const bin = qemuWrapper(log, argv.includes('--profile'))
-  const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
-    process.execPath, fileURLToPath(import.meta.url), '--guest', ...argv],
-  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
-  let out = ''
-  child.stdout.on('data', (d) => { out += d })
-  const code = await new Promise((r) => child.on('close', r))
+  const { code, out } = await bootGuest(fileURLToPath(import.meta.url), argv, bin)
   const labels = out.split('\n').filter((l) => l.startsWith('@icount ')).map((l) => JSON.parse(l.slice(8)))
   const regions = existsSync(log) ? parseRegions(readFileSync(log, 'utf8')) : []
   if (labels.length === 0 || labels.length !== regions.length) {
@@ -204,9 +215,4 @@ export async function main(argv) {
   return host(argv)
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  main(process.argv.slice(2)).catch((e) => {
-    console.error(`icount: ${e?.stack ?? e}`)
-    process.exit(1)
-  })
-}
+runIfMain(import.meta.url, main, 'icount')

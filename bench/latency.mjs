@@ -11,11 +11,11 @@
 // busy-polls), atomics = our FETCH_ADD rate / ib_atomic_bw (higher is better).
 import { spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
-import { dirname, join, resolve } from 'node:path'
+import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { runIfMain } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
-const root = resolve(here, '..')
 const option = (argv, name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : argv[i + 1] }
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length ? (s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : NaN }
 
@@ -102,15 +102,10 @@ export function markdown(rows) {
 }
 
 async function host(argv) {
-  const { buildTools, qemuWrapper } = await import('./icount.mjs')
+  const { bootGuest, buildTools, qemuWrapper } = await import('./icount.mjs')
   buildTools()
   const bin = qemuWrapper() // no plugin: only the boot fix (no_timer_check)
-  const p = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--mode', 'vm', '--memory', '2048', '--timeout', '1800', '--',
-    process.execPath, fileURLToPath(import.meta.url), '--guest', ...argv],
-  { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { SOFTROCE_BOOT_TIMEOUT: '600', SOFTROCE_RXE_TIMEOUT: '600', ...process.env, PATH: `${bin}:${process.env.PATH}` } })
-  let out = ''
-  p.stdout.on('data', (d) => { out += d })
-  const code = await new Promise((r) => p.on('close', r))
+  const { code, out } = await bootGuest(fileURLToPath(import.meta.url), argv, bin)
   const line = out.split('\n').find((l) => l.startsWith('@latency '))
   if (!line) {
     process.stdout.write(out)
@@ -125,9 +120,4 @@ export async function main(argv) {
   return host(argv)
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  main(process.argv.slice(2)).catch((e) => {
-    console.error(`latency: ${e?.stack ?? e}`)
-    process.exit(1)
-  })
-}
+runIfMain(import.meta.url, main, 'latency')

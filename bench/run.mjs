@@ -16,6 +16,7 @@ import { spawn } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { commonOption, hasDevice } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
@@ -35,13 +36,7 @@ function parseArgs(argv) {
       case '--variants': o.variants = val().split(','); break
       case '--tx-depth': o.txDepth = Number(val()); break
       case '--scale': o.scale = Number(val()); break
-      case '--out': o.out = val(); break
-      case '--from-log': o.fromLog = val(); break
-      case '--quiet': o.quiet = true; break
-      case '-h': case '--help':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 15).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
-        process.exit(0)
-      default: throw new Error(`unknown option ${a} (see --help)`)
+      default: commonOption(o, a, val, import.meta.url, 15) // --out, --from-log, --quiet, --help
     }
   }
   return o
@@ -249,15 +244,6 @@ function extract(log) {
   const a = log.lastIndexOf(BEGIN), b = log.lastIndexOf(END)
   if (a < 0 || b < a) return undefined
   return JSON.parse(Buffer.from(log.slice(a + BEGIN.length, b).replace(/\s+/g, ''), 'base64').toString('utf8'))
-}
-
-async function hasDevice() {
-  try {
-    const { listDevices } = await import('../dist/index.js')
-    return listDevices().length > 0
-  } catch {
-    return false
-  }
 }
 
 async function main() {

@@ -12,7 +12,8 @@
 // both sides can compute (checked every time).
 import { TransferAgent } from 'node-ibverbs'
 import { kvLayout } from '../dist/cli/bench-transfer.js'
-import { PERFTEST, parse, roceV2Ipv4GidIndex, run } from './perftest.mjs'
+import { parse, run } from './perftest.mjs'
+import { perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -32,13 +33,8 @@ const BYTES = MIB * MiB
 const TX_DEPTH = 128
 const AGENT_PORT = 7473
 const TIMEOUT_MS = 600_000
-const host = process.env.SOFTROCE_HOST_INDEX
-const peerAddr = process.env.SOFTROCE_PEER_ADDR
-const local = process.env.SOFTROCE_ADDR
-const deviceName = process.env.SOFTROCE_DEVICE ?? 'rxe0'
-if (host !== '0' && host !== '1') throw new Error('run me with: bash scripts/softroce.sh run --topology two-host -- node bench/transfer-two-host.mjs')
-const gidIndex = roceV2Ipv4GidIndex(deviceName)
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const env = twoHostEnv('bench/transfer-two-host.mjs')
+const { host, peer: peerAddr, local, deviceName } = env
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2 }
 
 /** The source segment's bytes: a function of the offset both hosts can compute (period: a prime above 64 KiB). */
@@ -47,9 +43,9 @@ function sourceByte(offset) {
   return (((offset % PERIOD) * 2654435761) >>> 24) & 0xff
 }
 
-function perftestArgs(c, port) {
-  const [tool, ...extra] = PERFTEST[c.op === 'write' ? 'write_bw' : 'read_bw']
-  return [tool, [...extra, '-d', deviceName, '-x', String(gidIndex), '-F', '-p', String(port), '-n', String(BYTES / c.size), '-s', String(c.size), '-t', String(TX_DEPTH)]]
+/** ib_write_bw (ib_read_bw) moving the same bytes as one transfer, in blocks of the case's size. */
+function perftestFor(c, port) {
+  return perftestArgs(env, { test: c.op === 'write' ? 'write_bw' : 'read_bw', size: c.size, iters: BYTES / c.size, txDepth: TX_DEPTH }, port)
 }
 
 if (host === '0') {
@@ -62,7 +58,7 @@ if (host === '0') {
   let port = 19300
   for (let round = 0; round < ROUNDS; round++) {
     for (const c of CASES) {
-      const [tool, args] = perftestArgs(c, port++)
+      const [tool, args] = perftestFor(c, port++)
       const server = await run(tool, args, TIMEOUT_MS)
       if (server.code !== 0) console.error(`${tool} server failed:\n${server.out}`)
     }
@@ -92,13 +88,8 @@ if (host === '0') {
   let seed = 1
   for (let round = 0; round < ROUNDS; round++) {
     for (const c of CASES) {
-      const [tool, args] = perftestArgs(c, port++)
-      let client
-      for (let attempt = 0; attempt < 60; attempt++) {
-        await sleep(500)
-        client = await run(tool, [...args, peerAddr], TIMEOUT_MS)
-        if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
-      }
+      const [tool, args] = perftestFor(c, port++)
+      const client = await perftestClient(tool, args, peerAddr, TIMEOUT_MS)
       const pt = parse(client.out)
       if (!pt) console.error(`${tool} client gave no result:\n${client.out}`)
       for (const qps of QPS) {

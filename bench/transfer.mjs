@@ -18,6 +18,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { commonOption, hasDevice } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
@@ -42,13 +43,7 @@ function parseArgs(argv) {
       case '--qps': o.qps = list(val()); break
       case '--ops': o.ops = val().split(','); break
       case '--lat-iters': o.latIters = Number(val()); break
-      case '--out': o.out = val(); break
-      case '--from-log': o.fromLog = val(); break
-      case '--quiet': o.quiet = true; break
-      case '-h': case '--help':
-        console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 17).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'))
-        process.exit(0)
-      default: throw new Error(`unknown option ${a} (see --help)`)
+      default: commonOption(o, a, val, import.meta.url, 17) // --out, --from-log, --quiet, --help
     }
   }
   return o
@@ -242,15 +237,6 @@ function write(results, outDir) {
   writeFileSync(join(dir, 'results.md'), markdown(results))
   writeFileSync(join(dir, 'chart.svg'), chart(results))
   return dir
-}
-
-async function hasDevice() {
-  try {
-    const { listDevices } = await import('../dist/index.js')
-    return listDevices().length > 0
-  } catch {
-    return false
-  }
 }
 
 export async function main(argv) {

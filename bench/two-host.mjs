@@ -5,7 +5,8 @@
 // Host 0 serves (perftest servers, then an rdma_cm listener with a region);
 // host 1 runs perftest's clients and ours against it and prints the table.
 import { Access, connect, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion } from 'node-ibverbs'
-import { PERFTEST, parse, roceV2Ipv4GidIndex, run } from './perftest.mjs'
+import { parse, run } from './perftest.mjs'
+import { perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
 
 const TIMEOUT_MS = 120_000
 
@@ -16,21 +17,8 @@ const CASES = [
 ]
 const TX_DEPTH = 128
 const CM_PORT = 7472
-const host = process.env.SOFTROCE_HOST_INDEX
-const peer = process.env.SOFTROCE_PEER_ADDR
-const local = process.env.SOFTROCE_ADDR
-const deviceName = process.env.SOFTROCE_DEVICE ?? 'rxe0'
-if (host !== '0' && host !== '1') throw new Error('run me with: bash scripts/softroce.sh run --topology two-host -- node bench/two-host.mjs')
-const gidIndex = roceV2Ipv4GidIndex(deviceName)
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-
-
-function perftestArgs({ test, size, iters }, port) {
-  const [tool, ...extra] = PERFTEST[test]
-  const args = [...extra, '-d', deviceName, '-x', String(gidIndex), '-F', '-p', String(port), '-n', String(iters), '-s', String(size)]
-  if (test.endsWith('_bw')) args.push('-t', String(TX_DEPTH))
-  return [tool, args]
-}
+const env = twoHostEnv('bench/two-host.mjs')
+const { host, peer, local, deviceName } = env
 
 const device = openDevice(deviceName)
 const pd = device.allocPd()
@@ -38,7 +26,7 @@ const region = pd.allocRegion(1 << 20, Access.LocalWrite | Access.RemoteWrite | 
 
 if (host === '0') {
   for (const [i, c] of CASES.entries()) {
-    const [tool, args] = perftestArgs(c, 19000 + i)
+    const [tool, args] = perftestArgs(env, { ...c, txDepth: TX_DEPTH }, 19000 + i)
     const server = await run(tool, args, TIMEOUT_MS)
     if (server.code !== 0) console.error(`${tool} server failed:\n${server.out}`)
   }
@@ -51,13 +39,8 @@ if (host === '0') {
 } else {
   const rows = []
   for (const [i, c] of CASES.entries()) {
-    const [tool, args] = perftestArgs(c, 19000 + i)
-    let client
-    for (let attempt = 0; attempt < 60; attempt++) {
-      await sleep(500)
-      client = await run(tool, [...args, peer], TIMEOUT_MS)
-      if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
-    }
+    const [tool, args] = perftestArgs(env, { ...c, txDepth: TX_DEPTH }, 19000 + i)
+    const client = await perftestClient(tool, args, peer, TIMEOUT_MS)
     const result = parse(client.out)
     if (!result) throw new Error(`${tool} client gave no result:\n${client.out}`)
     rows.push({ ...c, perftest: result })

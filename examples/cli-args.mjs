@@ -1,6 +1,8 @@
 // Command-line options for the example programs: node:util's parseArgs with
-// --help, a usage message on bad input (exit 2), and integer options.
+// --help, a usage message on bad input (exit 2), integer options, and the
+// address to listen on when --host is not given.
 import { parseArgs } from 'node:util'
+import { openDevice } from 'node-ibverbs'
 
 /**
  * Parses process.argv with `options` (--help is added). Returns the values,
@@ -27,4 +29,18 @@ export function exampleArgs(usage, options, { allowPositionals = false } = {}) {
     return n
   }
   return { values: args.values, positionals: args.positionals, int }
+}
+
+/**
+ * The address to listen on: `host` (the --host option), else $SOFTROCE_ADDR,
+ * else the IPv4 address of `device` (its RoCE v2 GID; the first device if none).
+ */
+export function localAddress(host, device) {
+  if (host) return host
+  if (process.env.SOFTROCE_ADDR) return process.env.SOFTROCE_ADDR
+  const d = openDevice(device || undefined)
+  const v4 = d.gids(1).find((g) => g.gid.startsWith('::ffff:'))
+  d.close()
+  if (!v4) throw new Error(`${d.name} has no IPv4 address for rdma_cm: pass --host`)
+  return v4.gid.slice('::ffff:'.length)
 }

@@ -22,8 +22,8 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
-import { exampleArgs } from './cli-args.mjs'
-import { openDevice, TransferAgent } from 'node-ibverbs'
+import { exampleArgs, localAddress } from './cli-args.mjs'
+import { TransferAgent } from 'node-ibverbs'
 
 const usage = `usage: kv-cache-transfer.mjs [--mode push|pull] [--role both|decode|prefill] [--host ADDR] [--peer ADDR]
        [--port 7480] [--blocks 48] [--block-kib 64] [--requests 4] [--qps 2] [--timeout-ms 60000] [--device NAME]`
@@ -52,17 +52,6 @@ const QPS = int('qps', 1, 16)
 const TIMEOUT = int('timeout-ms', 1, 2 ** 31 - 1)
 const SLOTS = 2 * BLOCKS // each side's pool holds two requests' worth of blocks
 const device = v.device ?? process.env.NODE_IBVERBS_DEVICE ?? process.env.SOFTROCE_DEVICE
-
-/** The address to listen on: --host, $SOFTROCE_ADDR, or the device's RoCE v2 IPv4 address. */
-function localAddress() {
-  if (v.host) return v.host
-  if (process.env.SOFTROCE_ADDR) return process.env.SOFTROCE_ADDR
-  const d = openDevice(device || undefined)
-  const v4 = d.gids(1).find((g) => g.gid.startsWith('::ffff:'))
-  d.close()
-  if (!v4) throw new Error(`${d.name} has no IPv4 address for rdma_cm: pass --host`)
-  return v4.gid.slice('::ffff:'.length)
-}
 
 // Deterministic contents for block b of request r, so the decode side can check it.
 function fill(bytes, request, block) {
@@ -120,7 +109,7 @@ function bounded(promise, what) {
 
 // --- decode server: a pool of KV blocks, filled remotely --------------------
 async function decode(port) {
-  const agent = await TransferAgent.create({ host: localAddress(), port, name: 'decode', ...(device ? { device } : {}) })
+  const agent = await TransferAgent.create({ host: localAddress(v.host, device), port, name: 'decode', ...(device ? { device } : {}) })
   // push: the prefill side writes into the pool; pull: only this side touches it.
   const pool = agent.register('kv-pool', { size: SLOTS * BLOCK, remote: MODE === 'push' ? 'write' : 'none' })
   const inbox = agent.notifications()
@@ -156,7 +145,7 @@ async function decode(port) {
 
 // --- prefill server: its KV cache, handed to the decode pool ----------------
 async function prefill(peerHost, port) {
-  const agent = await TransferAgent.create({ host: localAddress(), port: 0, name: 'prefill', qpsPerPeer: QPS, ...(device ? { device } : {}) })
+  const agent = await TransferAgent.create({ host: localAddress(v.host, device), port: 0, name: 'prefill', qpsPerPeer: QPS, ...(device ? { device } : {}) })
   const cache = agent.register('kv-cache', { size: SLOTS * BLOCK, remote: MODE === 'pull' ? 'read' : 'none' })
   const inbox = agent.notifications()
   let peer

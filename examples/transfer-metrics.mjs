@@ -8,9 +8,9 @@
 //
 //   node examples/transfer-metrics.mjs [--transfers 20] [--http-port 0] [--serve-ms 0] [--host ADDR]
 import { createServer } from 'node:http'
-import { exampleArgs } from './cli-args.mjs'
+import { exampleArgs, localAddress } from './cli-args.mjs'
 import client from 'prom-client'
-import { openDevice, TransferAgent } from 'node-ibverbs'
+import { TransferAgent } from 'node-ibverbs'
 
 const usage = 'usage: transfer-metrics.mjs [--transfers 20] [--http-port 0] [--serve-ms 0] [--host ADDR] [--device NAME]'
 const { values: v, int } = exampleArgs(usage, {
@@ -22,16 +22,6 @@ const { values: v, int } = exampleArgs(usage, {
 })
 const TRANSFERS = int('transfers', 1, 1e6)
 const device = v.device ?? process.env.NODE_IBVERBS_DEVICE ?? process.env.SOFTROCE_DEVICE
-
-function localAddress() {
-  if (v.host) return v.host
-  if (process.env.SOFTROCE_ADDR) return process.env.SOFTROCE_ADDR
-  const d = openDevice(device || undefined)
-  const v4 = d.gids(1).find((g) => g.gid.startsWith('::ffff:'))
-  d.close()
-  if (!v4) throw new Error('the device has no IPv4 address for rdma_cm: pass --host')
-  return v4.gid.slice('::ffff:'.length)
-}
 
 /**
  * Registers the agents' metrics in `registry`, labelled by agent and peer.
@@ -73,7 +63,7 @@ export function agentMetrics(agents, registry) {
   })
 }
 
-const host = localAddress()
+const host = localAddress(v.host, device) // --host, $SOFTROCE_ADDR or the device's IPv4 address
 const decode = await TransferAgent.create({ host, port: 0, name: 'decode', ...(device ? { device } : {}) })
 const prefill = await TransferAgent.create({ host, port: 0, name: 'prefill', qpsPerPeer: 2, ...(device ? { device } : {}) })
 try {

@@ -178,19 +178,22 @@ function progressBar(label: string): { update(f: number): void; done(): void } {
   }
 }
 
+/** The option --k as a positive integer, or `d` when it is not given. */
+function positiveInt(flags: Flags['flags'], k: string, d: number): number {
+  const v = flags.get(k)
+  if (v === undefined) return d
+  const n = Number(v)
+  if (!Number.isInteger(n) || n <= 0) throw new CliError(`--${k} must be a positive integer`, 2)
+  return n
+}
+
 async function bench(argv: string[]): Promise<void> {
   if (argv[0] === 'transfer') return benchTransfer(argv.slice(1))
   const { positional, flags } = parse(argv, new Set(['size', 'iters', 'poll', 'tx-depth', 'device', 'batch-size']))
   const { TESTS, runBench } = await import('./bench.js')
   const test = positional[0]
   if (!test || !(TESTS as readonly string[]).includes(test)) throw new CliError(`bench: TEST must be one of ${TESTS.join(', ')}\n\n${USAGE}`, 2)
-  const num = (k: string, d: number): number => {
-    const v = flags.get(k)
-    if (v === undefined) return d
-    const n = Number(v)
-    if (!Number.isInteger(n) || n <= 0) throw new CliError(`--${k} must be a positive integer`, 2)
-    return n
-  }
+  const num = (k: string, d: number): number => positiveInt(flags, k, d)
   const poll = flags.get('poll') ?? 'event'
   if (poll !== 'event' && poll !== 'busy') throw new CliError('--poll must be event or busy', 2)
   const isBw = test.endsWith('_bw')
@@ -230,13 +233,7 @@ async function bench(argv: string[]): Promise<void> {
 async function benchTransfer(argv: string[]): Promise<void> {
   const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device']))
   const { TransferBench } = await import('./bench-transfer.js')
-  const num = (k: string, d: number): number => {
-    const v = flags.get(k)
-    if (v === undefined) return d
-    const n = Number(v)
-    if (!Number.isInteger(n) || n <= 0) throw new CliError(`--${k} must be a positive integer`, 2)
-    return n
-  }
+  const num = (k: string, d: number): number => positiveInt(flags, k, d)
   const text = (k: string): string | undefined => { const v = flags.get(k); return typeof v === 'string' ? v : undefined }
   const op = text('op') ?? 'write'
   if (op !== 'write' && op !== 'read') throw new CliError('--op must be write or read', 2)

@@ -126,7 +126,10 @@ export class Link {
   }
 }
 
-function dataQps(settings: LinkSettings, count: number): { cq: CompletionQueue; qps: QueuePair[] } {
+/** A link's data QPs and the CQ they share. */
+type DataQps = { cq: CompletionQueue; qps: QueuePair[] }
+
+function dataQps(settings: LinkSettings, count: number): DataQps {
   const device = settings.pd.device
   const cq = device.createCq({ entries: count * settings.queueDepth + 16 })
   const qps: QueuePair[] = []
@@ -165,21 +168,20 @@ function handshakeError(error: unknown): unknown {
   return new RdmaError('The peer closed the connection during the handshake', { code: 'ECONNRESET', cause: error })
 }
 
-/** Connects to the agent at host:port and sets up a link (the connecting side). */
-export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
-  const deadline = Date.now() + timeoutMs
-  const left = () => Math.max(1, deadline - Date.now())
-  const conn = await connect({ host, port, pd: settings.pd, privateData: CONNECT_TAG, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
-  let data: { cq: CompletionQueue; qps: QueuePair[] } | undefined
+/**
+ * The handshake on a new control connection, on either side: `greet` opens the
+ * data QPs (through `open`, so that a failure closes them), trades hellos,
+ * connects the QPs and returns the peer's hello; then the tables are exchanged
+ * and the link is built. A failure closes all that was opened.
+ */
+async function handshake(conn: Connection, settings: LinkSettings, left: () => number, greet: (open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<Link> {
+  let data: DataQps | undefined
   try {
-    data = dataQps(settings, settings.qps)
-    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
-    const welcome = await expectMessage<HelloMessage>(conn, 'welcome', left())
-    checkHello(welcome, settings.qps)
-    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!)
+    const peer = await greet((count) => (data = dataQps(settings, count)))
+    const { cq, qps } = data! // greet opens them before it returns
     const remote = new RemoteTable()
     const sent = await exchangeTables(conn, settings, remote, left())
-    const link = new Link(conn, data.cq, data.qps, remote, welcome.agent, String(welcome.name), settings.batchWrs)
+    const link = new Link(conn, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
     link.sentTable = sent
     return link
   } catch (error) {
@@ -188,6 +190,21 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     conn.close()
     throw handshakeError(error)
   }
+}
+
+/** Connects to the agent at host:port and sets up a link (the connecting side). */
+export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
+  const deadline = Date.now() + timeoutMs
+  const left = () => Math.max(1, deadline - Date.now())
+  const conn = await connect({ host, port, pd: settings.pd, privateData: CONNECT_TAG, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
+  return handshake(conn, settings, left, async (open) => {
+    const data = open(settings.qps)
+    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
+    const welcome = await expectMessage<HelloMessage>(conn, 'welcome', left())
+    checkHello(welcome, settings.qps)
+    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!)
+    return welcome
+  })
 }
 
 /** Answers a connect request (the listening side); a request that is not an agent's is rejected. */
@@ -200,22 +217,12 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const conn = await request.accept({ pd: settings.pd, receiveJson: true, timeoutMs })
-  let data: { cq: CompletionQueue; qps: QueuePair[] } | undefined
-  try {
+  return handshake(conn, settings, left, async (open) => {
     const hello = await expectMessage<HelloMessage>(conn, 'hello', left())
     checkHello(hello, undefined)
-    data = dataQps(settings, hello.qps.length)
+    const data = open(hello.qps.length)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!)
     await conn.sendJson({ t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
-    const remote = new RemoteTable()
-    const sent = await exchangeTables(conn, settings, remote, left())
-    const link = new Link(conn, data.cq, data.qps, remote, hello.agent, String(hello.name), settings.batchWrs)
-    link.sentTable = sent
-    return link
-  } catch (error) {
-    for (const qp of data?.qps ?? []) qp.close()
-    data?.cq.close()
-    conn.close()
-    throw handshakeError(error)
-  }
+    return hello
+  })
 }

@@ -4,49 +4,22 @@
 // after its lease and whose fencing token is refused when replayed, and the
 // client's coded errors, all against the real device.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { spawn } from 'node:child_process'
-import { fileURLToPath } from 'node:url'
 import { RemoteLockTable, decodeWord, type Device } from '../../dist/index.js'
 import { connectedPair, setU64, testDevice, u64 } from './helpers.js'
+import { exactness, expectExactServer, runLockTableExample } from '../lock-table-example.js'
 
-const example = fileURLToPath(new URL('../../examples/lock-table.mjs', import.meta.url))
 // 8 clients x 500 rounds takes ~15 min in the emulated guest: CI runs 8 x 40; NODE_IBVERBS_LOCK_ROUNDS=500 runs the full campaign.
 const ROUNDS = Number(process.env.NODE_IBVERBS_LOCK_ROUNDS || 40)
-
-/** Runs the example to its end (killed after timeoutMs): exit code and stdout. */
-function runExample(args: string[], timeoutMs: number): Promise<{ code: number | null; signal: string | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [example, ...args, '--timeout-ms', String(timeoutMs - 5000)], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    let err = ''
-    child.stdout.on('data', (d) => { out += d })
-    child.stderr.on('data', (d) => { err += d })
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
-    child.on('close', (code, signal) => { clearTimeout(timer); resolve({ code, signal, out, err }) })
-  })
-}
-
-/** The server's per-lock lines: increments the clients made under each lock, and the counter found. */
-function exactness(out: string): Array<{ expected: number; counted: number }> {
-  return [...out.matchAll(/^lock \d+: expected (\d+) increments, counted (\d+)/gm)].map((m) => ({ expected: Number(m[1]), counted: Number(m[2]) }))
-}
 
 describe('lock table (examples/lock-table.mjs: server and client processes over rdma_cm)', () => {
   it(`exclusion: 8 clients x ${ROUNDS} rounds on 4 locks, every counter equals the increments made under its lock`, async () => {
     // 8 clients with their own connections and owner ids, in 2 processes: Node takes tens of seconds to start in the guest.
-    const run = await runExample(['--clients', '8', '--processes', '2', '--locks', '4', '--ops', String(ROUNDS), '--lease-ms', '5000'], 600_000)
-    expect(run.err).toBe('')
-    const locks = exactness(run.out)
-    expect(locks).toHaveLength(4)
-    for (const lock of locks) expect(lock.counted).toBe(lock.expected)
-    expect(locks.reduce((sum, l) => sum + l.expected, 0)).toBe(8 * ROUNDS)
-    // Steals are allowed (a client starved for longer than its lease loses the lock, by design); exactness is what must hold.
-    expect(run.out).toMatch(/lock-table: OK/)
-    expect(run.code).toBe(0)
+    const run = await runLockTableExample(['--clients', '8', '--processes', '2', '--locks', '4', '--ops', String(ROUNDS), '--lease-ms', '5000'], 600_000)
+    expectExactServer(run, 4, 8 * ROUNDS) // every counter exact, 8 x ROUNDS increments in all, OK, exit 0
   }, 620_000)
 
   it('holder dies: a SIGKILLed holder\'s lock is stolen after its lease, its replayed token and release are refused', async () => {
-    const run = await runExample(['--kill-holder', '--clients', '2', '--processes', '1', '--locks', '2', '--ops', '10', '--lease-ms', '1500'], 400_000)
+    const run = await runLockTableExample(['--kill-holder', '--clients', '2', '--processes', '1', '--locks', '2', '--ops', '10', '--lease-ms', '1500'], 400_000)
     expect(run.err).toBe('')
     expect(run.out).toMatch(/holder \(client 3\) killed with SIGKILL while holding lock 0/)
     expect(run.out).toMatch(/dead holder's word was stolen; replayed fence: ERR_LOCK_FENCED; replayed release: ERR_LOCK_LOST/)

@@ -1,22 +1,16 @@
 // Every operation moves exactly the right bytes: checked in the destination memory.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Access, remoteRegion, type Device } from '../../dist/index.js'
-import { connectedPair, pattern, setU64, srqPair, testDevice, u64, type Side } from './helpers.js'
+import { connectedPair, openTestPair, pattern, setU64, srqPair, u64, type Side } from './helpers.js'
 
 const SIZE = 4 << 20
 let device: Device
 let a: Side
 let b: Side
-let closePair: () => void
+let closePair: (() => void) | undefined // the pair and the device
 
-beforeAll(async () => {
-  device = testDevice()
-  ;({ a, b, close: closePair } = await connectedPair(device, { size: SIZE, qp: { maxSendSge: 4, maxRecvSge: 4, maxInlineData: 128 } }))
-})
-afterAll(() => {
-  closePair?.()
-  device?.close()
-})
+beforeAll(async () => { ({ device, a, b, close: closePair } = await openTestPair({ size: SIZE, qp: { maxSendSge: 4, maxRecvSge: 4, maxInlineData: 128 } })) })
+afterAll(() => closePair?.())
 
 const bytesOf = (side: Side, offset: number, length: number) => side.region.bytes.subarray(offset, offset + length)
 

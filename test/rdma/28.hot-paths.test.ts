@@ -3,21 +3,15 @@
 // function) move the right bytes and keep the general path's guarantees.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Device } from '../../dist/index.js'
-import { connectedPair, pattern, setU64, testDevice, u64, within, type Side } from './helpers.js'
+import { connectedPair, openTestPair, pattern, setU64, u64, within, type Side } from './helpers.js'
 
 let device: Device
 let a: Side
 let b: Side
-let closePair: () => void
+let closePair: (() => void) | undefined // the pair and the device
 
-beforeAll(async () => {
-  device = testDevice()
-  ;({ a, b, close: closePair } = await connectedPair(device, { size: 1 << 16, pollMode: 'busy' }))
-})
-afterAll(() => {
-  closePair?.()
-  device?.close()
-})
+beforeAll(async () => { ({ device, a, b, close: closePair } = await openTestPair({ size: 1 << 16, pollMode: 'busy' })) })
+afterAll(() => closePair?.())
 
 describe('hot paths', () => {
   it('reads and writes back to back: every byte lands, every request settles', async () => {

@@ -32,6 +32,22 @@ export async function connectedPair(device: Device, options: {
   return { a, b, close: () => { for (const s of [a, b]) { s.qp.close(); s.cq.close(); s.pd.close() } } }
 }
 
+/**
+ * testDevice() and a connectedPair() on it, for a file's beforeAll; close()
+ * closes both (its afterAll). (No vitest hooks here: the two-host fault
+ * campaign bundles this file to run under plain node.)
+ */
+export async function openTestPair(options: Parameters<typeof connectedPair>[1] = {}): Promise<{ device: Device; a: Side; b: Side; close: () => void }> {
+  const device = testDevice()
+  try {
+    const { a, b, close } = await connectedPair(device, options)
+    return { device, a, b, close: () => { close(); device.close() } }
+  } catch (error) {
+    device.close()
+    throw error
+  }
+}
+
 /** Deterministic bytes that differ per position and seed. */
 export function pattern(length: number, seed: number): Uint8Array {
   const out = new Uint8Array(length)
