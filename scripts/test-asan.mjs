@@ -106,7 +106,11 @@ async function runSanitized() {
   // 97.consumer runs the packed copy's own prebuilt binary, not the sanitizer build.
   // 100/101.transfer are TypeScript over verbs paths the other files cover,
   // and spend minutes moving emulated bytes (101 also starts child processes).
-  const excluded = ['25.large-memory', '42.collection', '97.consumer', '100.transfer', '101.transfer-peer-death', '110.soak', '112.exhaustion', '120.lock-table']
+  // 50.event-loop is about timers firing while 5000 requests complete, not
+  // memory: last in a full sanitizer run (~450 s in), vitest's worker once
+  // timed out reporting to its parent ("Timeout calling onTaskUpdate": the
+  // run fails though every test passed); alone it passes here in 13 s.
+  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '100.transfer', '101.transfer-peer-death', '110.soak', '112.exhaustion', '120.lock-table']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', ...excluded.flatMap((name) => ['--exclude', `**/${name}.test.ts`])]
