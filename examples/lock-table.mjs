@@ -93,6 +93,7 @@ async function serve({ clients, onListening }) {
   const listener = await listen({ host, port: int('port', 0, 65535), pd })
   const connections = []
   const reports = []
+  const ready = [] // connections whose client said "ready"
   const expectedReports = clients
   let allReported
   const reported = new Promise((resolve) => { allReported = resolve })
@@ -109,8 +110,17 @@ async function serve({ clients, onListening }) {
         continue
       }
       connections.push(conn)
-      // The only message a client sends is its report at the end (a killed holder sends none).
-      conn.receiveJson().then((report) => {
+      // A client sends "ready", waits for "go", then sends its report at the end (a killed holder, and
+      // the replay, send nothing). "go" goes out when every client is ready, so the rounds overlap:
+      // without that a fast client could finish before a slow one connects, and the exactness check
+      // would prove nothing about exclusion.
+      conn.receiveJson().then((hello) => {
+        if (!hello?.ready) throw new Error(`expected "ready", got ${JSON.stringify(hello)}`)
+        const report = conn.receiveJson() // posted before "go": the report may follow at once
+        ready.push(conn)
+        if (ready.length === expectedReports) for (const c of ready) c.sendJson({ go: true }).catch(() => {})
+        return report
+      }).then((report) => {
         reports.push(report)
         if (reports.length === expectedReports) allReported()
       }, () => {})
@@ -138,7 +148,7 @@ async function serve({ clients, onListening }) {
   const summary = {
     clients: reports.length, locks: LOCKS, opsPerClient: OPS, exact,
     expected: exact.reduce((s, e) => s + e.expected, 0), counted: exact.reduce((s, e) => s + e.counted, 0),
-    steals: total('steals'), leaseLapses: total('leaseLapses'), lostReleases: total('lostReleases'), fenced: total('fenced'),
+    steals: total('steals'), leaseLapses: total('leaseLapses'), lostReleases: total('lostReleases'), fenced: total('fenced'), contended: total('contended'),
     stolenWords: reports.flatMap((r) => r.stolenWords),
   }
   for (const e of exact) console.log(`lock ${e.lock}: expected ${e.expected} increments, counted ${e.counted}, ${e.tokens} tokens issued, ${e.free ? 'free' : 'STILL HELD'}`)
@@ -161,7 +171,7 @@ async function client(id, loaded) {
   const locks = new RemoteLockTable(conn.qp, { locks: t.lockWords, tokens: t.tokens, owner: id, leaseMs: LEASE_MS })
   const local = conn.pd.allocRegion(8, Access.LocalWrite)
   const value = new DataView(local.bytes.buffer, local.bytes.byteOffset, 8)
-  const report = { id, increments: new Array(t.locks).fill(0), steals: 0, stolenWords: [], leaseLapses: 0, lostReleases: 0, fenced: 0, acquireMs: 0 }
+  const report = { id, increments: new Array(t.locks).fill(0), steals: 0, stolenWords: [], leaseLapses: 0, lostReleases: 0, fenced: 0, acquireMs: 0, contended: 0 }
   let seed = (int('seed', 0, 2 ** 31) * 7919 + id * 104729) >>> 0
   const random = () => (seed = (seed * 1664525 + 1013904223) >>> 0) >>> 8
 
@@ -174,6 +184,10 @@ async function client(id, loaded) {
     process.exit(3) // never killed: the test fails on this exit code
   }
 
+  // Start together with every other client (the server says "go" once all are ready).
+  const go = conn.receiveJson({ timeoutMs: TIMEOUT_MS }) // posted before "ready": "go" may come at once
+  await conn.sendJson({ ready: id })
+  await go
   const started = performance.now()
   for (let round = 0; round < OPS && v.unlocked; round++) {
     const lock = random() % t.locks
@@ -188,6 +202,7 @@ async function client(id, loaded) {
     const grant = await locks.acquire(lock, { timeoutMs: ACQUIRE_TIMEOUT_MS })
     report.acquireMs += performance.now() - before
     if (grant.stolenFrom !== undefined) { report.steals++; report.stolenWords.push(String(grant.stolenFrom)) }
+    if (grant.attempts > 1) report.contended++ // found the lock held at least once: exclusion was exercised
     try {
       // Fence and READ go out together (one round trip): the QP executes them in order at the server.
       const [fenced, read] = await Promise.allSettled([locks.fence(grant.token, t.fence(lock)), conn.qp.read(local.slice(0, 8), t.counter(lock))])
@@ -305,7 +320,8 @@ if (role === 'client' || role === 'holder') {
   const s = served.summary
   let ok = served.ok
   console.log(`exactness: expected ${s.expected} increments, counted ${s.counted} (${s.clients} clients x ${s.opsPerClient} rounds on ${s.locks} locks); ` +
-    `steals ${s.steals}, lease lapses ${s.leaseLapses}, lost releases ${s.lostReleases}, fenced ${s.fenced}`)
+    `contended acquisitions ${s.contended}, steals ${s.steals}, lease lapses ${s.leaseLapses}, lost releases ${s.lostReleases}, fenced ${s.fenced}` +
+    (s.counted < s.expected ? `; ${s.expected - s.counted} updates lost` : ''))
   if (dead) {
     const stolen = s.stolenWords.includes(String(dead.word))
     console.log(`kill-holder: dead holder's word ${stolen ? 'was stolen' : 'was NOT stolen'}; ${replayed.fence}; ${replayed.release}`)

@@ -27,6 +27,13 @@ export function exactness(out: string): Array<{ expected: number; counted: numbe
   return [...out.matchAll(/^lock \d+: expected (\d+) increments, counted (\d+)/gm)].map((m) => ({ expected: Number(m[1]), counted: Number(m[2]) }))
 }
 
+/** The server's summary line: increments expected and counted in all, and acquisitions that found their lock held. */
+export function summary(out: string): { expected: number; counted: number; contended: number } {
+  const m = /^exactness: expected (\d+) increments, counted (\d+) .*contended acquisitions (\d+)/m.exec(out)
+  expect(m, 'the server\'s exactness line').not.toBeNull()
+  return { expected: Number(m![1]), counted: Number(m![2]), contended: Number(m![3]) }
+}
+
 /**
  * The server's verdict on an exclusion run: nothing on stderr, one line for
  * each of `locks` locks with its counter equal to the increments made under
@@ -40,6 +47,9 @@ export function expectExactServer(run: ExampleRun, locks: number, increments: nu
   expect(lines).toHaveLength(locks)
   for (const lock of lines) expect(lock.counted).toBe(lock.expected)
   expect(lines.reduce((sum, l) => sum + l.expected, 0)).toBe(increments)
+  // The clients start together (the server's "go"): some acquisitions must have found their lock
+  // held, or the run never tested exclusion.
+  expect(summary(run.out).contended, 'acquisitions that found their lock held').toBeGreaterThan(0)
   expect(run.out).toMatch(/lock-table: OK/)
   expect(run.code).toBe(0)
 }

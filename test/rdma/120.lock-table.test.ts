@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { RemoteLockTable, decodeWord, type Device } from '../../dist/index.js'
 import { connectedPair, setU64, testDevice, u64 } from './helpers.js'
-import { exactness, expectExactServer, runLockTableExample } from '../lock-table-example.js'
+import { exactness, expectExactServer, runLockTableExample, summary } from '../lock-table-example.js'
 
 // 8 clients x 500 rounds takes ~15 min in the emulated guest: CI runs 8 x 40; NODE_IBVERBS_LOCK_ROUNDS=500 runs the full campaign.
 const ROUNDS = Number(process.env.NODE_IBVERBS_LOCK_ROUNDS || 40)
@@ -17,6 +17,19 @@ describe('lock table (examples/lock-table.mjs: server and client processes over 
     const run = await runLockTableExample(['--clients', '8', '--processes', '2', '--locks', '4', '--ops', String(ROUNDS), '--lease-ms', '5000'], 600_000)
     expectExactServer(run, 4, 8 * ROUNDS) // every counter exact, 8 x ROUNDS increments in all, OK, exit 0
   }, 620_000)
+
+  it('negative control: the same rounds without the locks lose updates, and the server\'s check says so', async () => {
+    // Without this, nothing shows that the exactness check above can fail on this setup. 8 clients in one
+    // process start together on 1 lock: their READ-add-WRITE rounds interleave and overwrite each other.
+    const run = await runLockTableExample(['--unlocked', '--clients', '8', '--processes', '1', '--locks', '1', '--ops', String(ROUNDS)], 400_000)
+    expect(run.err).toBe('')
+    const { expected, counted } = summary(run.out)
+    expect(expected).toBe(8 * ROUNDS)
+    expect(counted).toBeLessThan(expected)
+    expect(run.out).toMatch(/updates lost/)
+    expect(run.out).toMatch(/lock-table: FAILED/)
+    expect(run.code).toBe(1)
+  }, 420_000)
 
   it('holder dies: a SIGKILLed holder\'s lock is stolen after its lease, its replayed token and release are refused', async () => {
     const run = await runLockTableExample(['--kill-holder', '--clients', '2', '--processes', '1', '--locks', '2', '--ops', '10', '--lease-ms', '1500'], 400_000)
