@@ -88,7 +88,7 @@ sr_vm_run() { # -- CMD...
     SR_G_NETDEV=(eth0 eth0) SR_G_ADDR=(198.18.0.1 198.18.0.2) SR_G_ADDR6=(fd00:198:18::1 fd00:198:18::2) SR_G_PEER=(198.18.0.2 198.18.0.1)
   fi
 
-  local boot_timeout=${SOFTROCE_BOOT_TIMEOUT:-120} rxe_timeout=${SOFTROCE_RXE_TIMEOUT:-90}
+  local boot_timeout=${SOFTROCE_BOOT_TIMEOUT:-300} rxe_timeout=${SOFTROCE_RXE_TIMEOUT:-90}
   local i x k
   local -a qpid tpid qargs
   for ((i = 0; i < n; i++)); do
