@@ -94,11 +94,11 @@ function aborted(verb: string, signal: AbortSignal | undefined): RdmaError {
 }
 
 /**
- * Settles as `promise` does, or rejects with ETIMEDOUT / ABORT_ERR when `wait`
- * runs out first. The work behind `promise` goes on: callers that own
- * resources release them when `promise` itself settles.
+ * @internal Settles as `promise` does, or rejects with ETIMEDOUT / ABORT_ERR
+ * when `wait` runs out first. The work behind `promise` goes on: callers that
+ * own resources release them when `promise` itself settles.
  */
-function bounded<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
+export function bounded<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
   if (wait.timeoutMs === undefined && wait.signal === undefined) return promise
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => settle(() => reject(aborted(verb, wait.signal)))

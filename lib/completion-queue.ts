@@ -214,7 +214,12 @@ export class CompletionQueue extends Resource {
       try { n = this.#spinOnce() } catch { return }
     }
     if (n === 0) return
-    this.#inlineBudget--
+    // The budget counts completions, not polls: one poll can harvest a whole
+    // batch per QP, and each settled batch posts the next from a microtask,
+    // so counting polls let a transfer of thousands of work requests run in
+    // one macrotask, with no timer or I/O (another connection's handshake)
+    // handled until it ended.
+    this.#inlineBudget -= n
     if (!this.#inlineResetScheduled) {
       this.#inlineResetScheduled = true
       setImmediate(this.#resetInlineBudget)

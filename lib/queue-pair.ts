@@ -543,6 +543,32 @@ export class QueuePair extends Resource {
     return true
   }
 
+  /**
+   * @internal The transfer engine's hot path: `count` RDMA WRITEs (or READs)
+   * in one post, written by `encode(firstWrId, encoder)` with one
+   * `encoder.addOne()` each (only the last signaled), straight from the
+   * caller's columns: no operation or slice objects. The caller checked every
+   * request once, when it planned them: within its regions (local and remote),
+   * at most the max message size. Here each local region in `regions` (those
+   * the requests name) is checked to be of this PD and usable; they are held
+   * until the batch completes.
+   */
+  postEncoded(verb: 'write' | 'read', count: number, regions: readonly MemoryRegion[],
+    encode: (firstWrId: number, enc: WorkRequestEncoder) => void): Promise<void> {
+    return new Promise((resolve, reject) => {
+      try {
+        if (verb === 'read' && this.type !== 'RC') throw new RdmaError('read needs an RC QP', { code: 'ERR_QP_TYPE' })
+        for (const region of regions) {
+          if (region.pd !== this.pd) throw wrongPd('regions')
+          region.assertUsable()
+        }
+        this.#submit('send', count === 1 ? verb : 'batch', count, regions, NO_OPTIONS, resolve, reject, noResult, encode)
+      } catch (error) {
+        reject(error)
+      }
+    })
+  }
+
   /** An atomic of a batch: its old value lands in `local` (8 bytes of a region of this PD). */
   #batchAtomicWr(kind: 'compareAndSwap' | 'fetchAndAdd', record: Record<string, unknown>, index: number, baseFlags: number): { wr: SendWr; regions: MemoryRegion; length: number } {
     const name = opNameOf(index)

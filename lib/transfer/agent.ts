@@ -3,7 +3,7 @@
 // pull), with notifications that reach the peer after the data.
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { listen, type Listener, type ConnectionRequest } from '../cm.js'
+import { bounded, listen, type Listener, type ConnectionRequest } from '../cm.js'
 import { listDevices, openDevice, type Device } from '../device.js'
 import { RdmaError } from '../errors.js'
 import type { MemoryRegion, RegisterableMemory } from '../memory.js'
@@ -81,22 +81,6 @@ export class TransferPlan {
 
   /** Runs the plan (rechecked only when the peer's segments changed). */
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
-}
-
-/** Settles as `promise`, or rejects with ETIMEDOUT / ABORT_ERR when `wait` runs out first. */
-function bound<T>(promise: Promise<T>, verb: string, wait: WaitOptions): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => finish(() => reject(new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', cause: wait.signal?.reason })))
-    const timer = wait.timeoutMs === undefined ? undefined : setTimeout(() => finish(() => reject(new RdmaError(`${verb} timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT' }))), wait.timeoutMs)
-    const finish = (action: () => void) => {
-      clearTimeout(timer)
-      wait.signal?.removeEventListener('abort', onAbort)
-      action()
-    }
-    if (wait.signal?.aborted) return onAbort()
-    wait.signal?.addEventListener('abort', onAbort, { once: true })
-    promise.then((value) => finish(() => resolve(value)), (error: unknown) => finish(() => reject(error)))
-  })
 }
 
 const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
@@ -354,7 +338,7 @@ export class TransferAgent extends EventEmitter {
     const wait = this.#bounded(optionalObject(options, 'options'))
     const encoded = encodeNotification(message)
     const link = await this.#linkOf(peer, wait)
-    await bound(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
+    await bounded(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
     peer.counters.notificationsSent++
   }
 

@@ -54,6 +54,37 @@ function remoteOrder(cols: BlockColumns, i: number, j: number): number {
 }
 
 /**
+ * The blocks' indexes in remote order. Usually without a comparator: when
+ * (remote position x count + index) fits a double exactly, the positions are
+ * packed with their indexes into a Float64Array and sorted natively (a JS
+ * comparator made sorting 4096 blocks cost tens to hundreds of ms).
+ */
+export function remoteOrderIndexes(cols: BlockColumns): Uint32Array {
+  const n = cols.count
+  const order = new Uint32Array(n)
+  // Remote positions: segments laid end to end (segment r starts at base[r]).
+  let segments = 0
+  for (let i = 0; i < n; i++) if (cols.rseg[i]! + 1 > segments) segments = cols.rseg[i]! + 1
+  const span = new Float64Array(segments)
+  for (let i = 0; i < n; i++) {
+    const end = cols.roff[i]! + 1
+    if (end > span[cols.rseg[i]!]!) span[cols.rseg[i]!] = end
+  }
+  const base = new Float64Array(segments)
+  let total = 0
+  for (let r = 0; r < segments; r++) { base[r] = total; total += span[r]! }
+  if (total * n < 2 ** 53) {
+    const keys = new Float64Array(n)
+    for (let i = 0; i < n; i++) keys[i] = (base[cols.rseg[i]!]! + cols.roff[i]!) * n + i
+    keys.sort()
+    for (let k = 0; k < n; k++) order[k] = keys[k]! % n
+    return order
+  }
+  for (let i = 0; i < n; i++) order[i] = i
+  return order.sort((a, b) => remoteOrder(cols, a, b))
+}
+
+/**
  * Merges blocks that continue each other on both sides (same segments, the
  * next block starts where the previous one ends, here and there). Blocks are
  * first put in remote order (skipped when they already are), so a shuffled
@@ -63,12 +94,7 @@ export function coalesce(cols: BlockColumns): BlockColumns {
   const n = cols.count
   let sorted = true
   for (let i = 1; i < n && sorted; i++) if (remoteOrder(cols, i - 1, i) > 0) sorted = false
-  let order: Uint32Array | undefined
-  if (!sorted) {
-    order = new Uint32Array(n)
-    for (let i = 0; i < n; i++) order[i] = i
-    order.sort((a, b) => remoteOrder(cols, a, b))
-  }
+  const order = sorted ? undefined : remoteOrderIndexes(cols)
   const out = emptyColumns(n)
   let m = -1
   for (let k = 0; k < n; k++) {

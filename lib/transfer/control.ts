@@ -4,7 +4,7 @@
 // additions and withdrawals) and notifications. Nothing rides in private data
 // but a protocol tag.
 import { RdmaError } from '../errors.js'
-import type { Connection } from '../cm.js'
+import { bounded, type Connection } from '../cm.js'
 import type { QpEndpoint } from '../queue-pair.js'
 import type { SegmentEntry } from './segments.js'
 
@@ -33,13 +33,111 @@ export function protocolError(message: string): RdmaError {
   return new RdmaError(message, { code: 'ERR_TRANSFER_PROTOCOL' })
 }
 
-/** Reads one message during the handshake, checking its type. */
-export async function expectMessage<T extends ControlMessage>(conn: Connection, type: T['t'], timeoutMs: number): Promise<T> {
-  const message = await conn.receiveJson({ timeoutMs }) as ControlMessage
-  if (typeof message !== 'object' || message === null || message.t !== type) {
-    throw protocolError(`Expected a '${type}' message from the peer, got ${JSON.stringify(message)?.slice(0, 100)}`)
+/**
+ * The control connection's incoming messages, from the moment it is
+ * connected: RECEIVES receives stay posted at all times, the handshake
+ * included, so a message of the peer never finds the receive queue empty.
+ * (A SEND that finds no receive is answered with an RNR NAK and retried only
+ * after the responder's RNR timer, 655 ms as rdma_cm sets it: with receives
+ * posted one per waiting read, the listening side's table met an empty queue
+ * on every handshake, which cost 655 ms per connect and left the listening
+ * side's last step, the completion of that SEND, behind the connecting
+ * side's.) Messages are read one at a time during the handshake (`expect`),
+ * then handed over in arrival order (`listen`).
+ */
+export class ControlInbox {
+  readonly #conn: Connection
+  readonly #queue: ControlMessage[] = []
+  readonly #waiters: Array<{ resolve: (m: ControlMessage) => void; reject: (e: Error) => void }> = []
+  #failure: Error | undefined
+  #onMessage: ((message: ControlMessage) => void) | undefined
+  #onFailure: ((error: Error) => void) | undefined
+  #failureReported = false
+
+  constructor(conn: Connection) {
+    this.#conn = conn
+    for (let i = 0; i < RECEIVES; i++) this.#receive()
   }
-  return message as T
+
+  /** One receive; when its message comes, the next one is posted (before the message is handled). */
+  #receive(): void {
+    this.#conn.receiveJson().then((message) => {
+      if (this.#failure) return
+      this.#receive()
+      this.#deliver(message as ControlMessage)
+    }, (error: Error) => this.#fail(error))
+  }
+
+  #deliver(message: ControlMessage): void {
+    if (this.#onMessage) {
+      try {
+        this.#onMessage(message)
+      } catch (error) {
+        this.#fail(error as Error)
+      }
+      return
+    }
+    const waiter = this.#waiters.shift()
+    if (waiter) waiter.resolve(message)
+    else this.#queue.push(message)
+  }
+
+  #fail(error: Error): void {
+    if (!this.#failure) {
+      this.#failure = error
+      for (const waiter of this.#waiters.splice(0)) waiter.reject(error)
+    }
+    this.#reportFailure()
+  }
+
+  #reportFailure(): void {
+    if (!this.#onFailure || !this.#failure || this.#failureReported) return
+    this.#failureReported = true
+    this.#onFailure(this.#failure)
+  }
+
+  /** The next message (during the handshake), which must be of type `type`. */
+  async expect<T extends ControlMessage>(type: T['t'], timeoutMs: number): Promise<T> {
+    const message = await this.#next(timeoutMs)
+    if (typeof message !== 'object' || message === null || message.t !== type) {
+      throw protocolError(`Expected a '${type}' message from the peer, got ${JSON.stringify(message)?.slice(0, 100)}`)
+    }
+    return message as T
+  }
+
+  #next(timeoutMs: number): Promise<ControlMessage> {
+    const queued = this.#queue.shift()
+    if (queued !== undefined) return Promise.resolve(queued)
+    if (this.#failure) return Promise.reject(this.#failure)
+    let waiter!: { resolve: (m: ControlMessage) => void; reject: (e: Error) => void }
+    const next = new Promise<ControlMessage>((resolve, reject) => { waiter = { resolve, reject } })
+    this.#waiters.push(waiter)
+    return bounded(next, 'receiveJson', { timeoutMs }).catch((error: unknown) => {
+      const index = this.#waiters.indexOf(waiter)
+      if (index >= 0) this.#waiters.splice(index, 1) // gave up: a later message goes to the queue
+      throw error
+    })
+  }
+
+  /**
+   * After the handshake: every message, in arrival order (those already here
+   * first), goes to `onMessage`; the first failure (the connection went down,
+   * or `onMessage` threw) goes to `onFailure`, once.
+   */
+  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void): void {
+    this.#onFailure = onFailure
+    for (const message of this.#queue.splice(0)) {
+      if (this.#failureReported) return
+      try {
+        onMessage(message)
+      } catch (error) {
+        this.#fail(error as Error)
+        return
+      }
+    }
+    this.#onMessage = (message) => { if (!this.#failureReported) onMessage(message) }
+    this.#reportFailure()
+  }
 }
 
 /** Sends the whole table in chunks; the last one has end: true. */
@@ -50,37 +148,10 @@ export async function sendTable(conn: Connection, entries: SegmentEntry[], versi
 }
 
 /** Receives a table sent by sendTable. */
-export async function receiveTable(conn: Connection, timeoutMs: number, onChunk: (message: AddMessage) => void): Promise<void> {
+export async function receiveTable(inbox: ControlInbox, timeoutMs: number, onChunk: (message: AddMessage) => void): Promise<void> {
   for (;;) {
-    const message = await expectMessage<AddMessage>(conn, 'add', timeoutMs)
+    const message = await inbox.expect<AddMessage>('add', timeoutMs)
     onChunk(message)
     if (message.end) return
   }
-}
-
-/**
- * Keeps RECEIVES receives posted and hands every message, in arrival order,
- * to `onMessage`; the first failure (the connection went down) goes to
- * `onFailure`, once.
- */
-export function pumpMessages(conn: Connection, onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void): void {
-  let failed = false
-  const next = (): void => {
-    conn.receiveJson().then((message) => {
-      if (failed) return
-      try {
-        onMessage(message as ControlMessage)
-      } catch (error) {
-        failed = true
-        onFailure(error as Error)
-        return
-      }
-      next()
-    }, (error: Error) => {
-      if (failed) return
-      failed = true
-      onFailure(error)
-    })
-  }
-  for (let i = 0; i < RECEIVES; i++) next()
 }

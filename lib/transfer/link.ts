@@ -9,7 +9,7 @@ import type { ProtectionDomain } from '../protection-domain.js'
 import type { QueuePair } from '../queue-pair.js'
 import { QpPoster } from './poster.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
-import { CONNECT_TAG, expectMessage, PROTOCOL, protocolError, pumpMessages, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
+import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
 
 export interface LinkSettings {
@@ -43,7 +43,7 @@ export class Link {
   #sending = 0
   #closed = false
 
-  constructor(readonly conn: Connection, readonly cq: CompletionQueue, readonly qps: QueuePair[], readonly remote: RemoteTable,
+  constructor(readonly conn: Connection, readonly inbox: ControlInbox, readonly cq: CompletionQueue, readonly qps: QueuePair[], readonly remote: RemoteTable,
     readonly peerAgent: string, readonly peerName: string, batchWrs: number) {
     this.posters = qps.map((qp, i) => new QpPoster(qp, i, batchWrs))
   }
@@ -100,7 +100,7 @@ export class Link {
   /** Starts taking control messages after the handshake. */
   listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void): void {
     this.conn.on('disconnected', () => onFailure(new RdmaError('The peer disconnected (its process or link is gone)', { code: 'ECONNRESET' })))
-    pumpMessages(this.conn, onMessage, onFailure)
+    this.inbox.listen(onMessage, onFailure)
   }
 
   /**
@@ -152,11 +152,11 @@ function checkHello(message: HelloMessage, expected: number | undefined): void {
 }
 
 /** Exchanges the tables (both ways at once: neither side waits on the other's receives). */
-async function exchangeTables(conn: Connection, settings: LinkSettings, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
+async function exchangeTables(conn: Connection, inbox: ControlInbox, settings: LinkSettings, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
   const sent = settings.table()
   await Promise.all([
     sendTable(conn, sent.entries, sent.version, timeoutMs),
-    receiveTable(conn, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v)),
+    receiveTable(inbox, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v)),
   ])
   return sent
 }
@@ -174,14 +174,17 @@ function handshakeError(error: unknown): unknown {
  * connects the QPs and returns the peer's hello; then the tables are exchanged
  * and the link is built. A failure closes all that was opened.
  */
-async function handshake(conn: Connection, settings: LinkSettings, left: () => number, greet: (open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<Link> {
+async function handshake(conn: Connection, settings: LinkSettings, left: () => number,
+  greet: (inbox: ControlInbox, open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<Link> {
   let data: DataQps | undefined
   try {
-    const peer = await greet((count) => (data = dataQps(settings, count)))
+    // Receives for everything the peer may send are posted before this side first sends.
+    const inbox = new ControlInbox(conn)
+    const peer = await greet(inbox, (count) => (data = dataQps(settings, count)))
     const { cq, qps } = data! // greet opens them before it returns
     const remote = new RemoteTable()
-    const sent = await exchangeTables(conn, settings, remote, left())
-    const link = new Link(conn, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
+    const sent = await exchangeTables(conn, inbox, settings, remote, left())
+    const link = new Link(conn, inbox, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
     link.sentTable = sent
     return link
   } catch (error) {
@@ -197,10 +200,10 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const conn = await connect({ host, port, pd: settings.pd, privateData: CONNECT_TAG, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
-  return handshake(conn, settings, left, async (open) => {
+  return handshake(conn, settings, left, async (inbox, open) => {
     const data = open(settings.qps)
     await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
-    const welcome = await expectMessage<HelloMessage>(conn, 'welcome', left())
+    const welcome = await inbox.expect<HelloMessage>('welcome', left())
     checkHello(welcome, settings.qps)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!)
     return welcome
@@ -217,8 +220,8 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const conn = await request.accept({ pd: settings.pd, receiveJson: true, timeoutMs })
-  return handshake(conn, settings, left, async (open) => {
-    const hello = await expectMessage<HelloMessage>(conn, 'hello', left())
+  return handshake(conn, settings, left, async (inbox, open) => {
+    const hello = await inbox.expect<HelloMessage>('hello', left())
     checkHello(hello, undefined)
     const data = open(hello.qps.length)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!)

@@ -33,11 +33,44 @@ export type Blocks = readonly Block[] | BlockArrays
 
 export type TransferOp = 'read' | 'write'
 
-/** A checked plan: the slices and the segments they name. */
+/**
+ * What a work request needs, by slice, computed once per plan: the run
+ * encodes straight from these (no object per work request).
+ */
+export interface WireColumns {
+  laddr: Float64Array
+  lkey: Uint32Array
+  raddrLo: Uint32Array
+  raddrHi: Uint32Array
+  rkey: Uint32Array
+}
+
+/** A checked plan: the slices, the segments they name, and their work requests' fields. */
 export interface CheckedPlan extends SlicePlan {
   op: TransferOp
   locals: Segment[]
   remotes: RemoteSegment[]
+  wire: WireColumns
+}
+
+const TWO_32 = 2 ** 32
+
+/** The fields of every slice's work request (addresses and keys of both sides). */
+function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: readonly RemoteSegment[]): WireColumns {
+  const s = plan.slices
+  const n = s.count
+  const wire: WireColumns = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n) }
+  for (let i = 0; i < n; i++) {
+    const local = locals[s.lseg[i]!]!.region
+    const remote = remotes[s.rseg[i]!]!.region
+    wire.laddr[i] = local.address + s.loff[i]!
+    wire.lkey[i] = local.lkey
+    const lo = remote.addrLo + s.roff[i]!
+    wire.raddrLo[i] = lo % TWO_32
+    wire.raddrHi[i] = (remote.addrHi + Math.floor(lo / TWO_32)) >>> 0
+    wire.rkey[i] = remote.rkey
+  }
+  return wire
 }
 
 function pair(value: unknown, name: string): readonly [unknown, number] {
@@ -89,7 +122,7 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
   }
   const bytes = validateColumns(cols, local.lengths, remote.lengths)
   const plan = planSlices(cols, maxSliceBytes, qps, bytes)
-  return { ...plan, op, locals: local.byIndex, remotes: remote.byIndex }
+  return { ...plan, op, locals: local.byIndex, remotes: remote.byIndex, wire: wireColumns(plan, local.byIndex, remote.byIndex) }
 }
 
 /** Throws ERR_SEGMENT_WITHDRAWN if a segment the plan's slices name was unregistered since it was checked. */

@@ -4,7 +4,10 @@
 // concurrent transfers share the QP fairly), and never has more work
 // requests in flight than the QP's send queue holds: the rest waits here,
 // in JS, instead of failing with ENOMEM.
-import type { BatchOperation, QueuePair } from '../queue-pair.js'
+import type { QueuePair } from '../queue-pair.js'
+
+/** A batch a source posted: its work requests, the bytes they move, and its completion. */
+export interface PostedBatch { wrs: number; bytes: number; done: Promise<void> }
 
 /** A transfer's work for one QP. */
 export interface PostSource {
@@ -12,8 +15,12 @@ export interface PostSource {
   readonly settled: boolean
   /** Whether slices remain for QP `q`. */
   hasMore(q: number): boolean
-  /** Up to `max` operations for QP `q`, and the bytes they move. */
-  take(q: number, max: number): { ops: BatchOperation[]; bytes: number }
+  /**
+   * Posts up to `max` of its work requests for QP `q` on `qp`, as one batch.
+   * Throws, having posted nothing, when the batch cannot be posted (a segment
+   * it names was unregistered meanwhile): that fails this transfer alone.
+   */
+  postNext(q: number, max: number, qp: QueuePair): PostedBatch
   batchDone(bytes: number, wrs: number): void
   /** `linkBroken`: the QP is in the error state or closed (not a refusal of this batch alone). */
   batchFailed(error: Error, linkBroken: boolean): void
@@ -46,21 +53,32 @@ export class QpPoster {
     while (this.#queue.length > 0 && this.#inflight + this.#batch <= this.#depth) {
       const source = this.#queue.shift()!
       if (source.settled) continue
-      const { ops, bytes } = source.take(this.index, this.#batch)
+      let batch: PostedBatch
+      try {
+        batch = source.postNext(this.index, this.#batch, this.qp)
+      } catch (error) {
+        source.batchFailed(error as Error, this.#linkBroken())
+        continue
+      }
       if (source.hasMore(this.index)) this.#queue.push(source)
-      if (ops.length === 0) continue
-      const wrs = ops.length
+      const { wrs, bytes } = batch
+      if (wrs === 0) continue
       this.#inflight += wrs
-      this.qp.postBatch(ops).then(() => {
+      batch.done.then(() => {
         this.#inflight -= wrs
         source.batchDone(bytes, wrs)
         this.pump()
       }, (error: Error) => {
         this.#inflight -= wrs
-        source.batchFailed(error, this.qp.closed || this.qp.error !== undefined)
+        source.batchFailed(error, this.#linkBroken())
         this.pump()
       })
     }
+  }
+
+  /** Whether this QP is closed or in the error state (else a failed batch was refused alone). */
+  #linkBroken(): boolean {
+    return this.qp.closed || this.qp.error !== undefined
   }
 
   /** Drops every queued transfer (the link failed; they were rejected). */

@@ -2,9 +2,12 @@
 // QP posters, counts what completions confirm, and settles exactly once —
 // done (after the notification, if any, is sent), or failed / timed out /
 // aborted with the bytes known to have landed.
-import type { BatchOperation } from '../queue-pair.js'
+import { SendFlags, WrOpcode } from '../constants.js'
+import { RdmaError } from '../errors.js'
+import type { MemoryRegion } from '../memory.js'
+import type { QueuePair } from '../queue-pair.js'
 import type { CheckedPlan } from './plan.js'
-import type { PostSource, QpPoster } from './poster.js'
+import type { PostedBatch, PostSource, QpPoster } from './poster.js'
 import { codeOf, TransferError } from './transfer-error.js'
 
 /** What a successful transfer resolves with. */
@@ -69,23 +72,44 @@ export class TransferRun implements PostSource {
     return !this.settled && this.#cursor[q]! < this.#plan.bounds[q + 1]!
   }
 
-  take(q: number, max: number): { ops: BatchOperation[]; bytes: number } {
-    const { slices, op, locals, remotes } = this.#plan
+  postNext(q: number, max: number, qp: QueuePair): PostedBatch {
+    const { slices, wire, locals, remotes } = this.#plan
     const from = this.#cursor[q]!
     const to = Math.min(this.#plan.bounds[q + 1]!, from + max)
+    if (to <= from) return { wrs: 0, bytes: 0, done: Promise.resolve() }
     this.#cursor[q] = to
-    const ops: BatchOperation[] = new Array(to - from)
+    // The local regions the batch names (held until it completes); a segment
+    // unregistered since the plan was checked refuses the batch, before any
+    // of it is posted.
+    const regions: MemoryRegion[] = []
+    let lastLocal = -1
+    let lastRemote = -1
     let bytes = 0
     for (let i = from; i < to; i++) {
-      const len = slices.len[i]!
-      bytes += len
-      ops[i - from] = {
-        op,
-        local: locals[slices.lseg[i]!]!.region.slice(slices.loff[i]!, len),
-        remote: remotes[slices.rseg[i]!]!.region.slice(slices.roff[i]!, len),
+      bytes += slices.len[i]!
+      const l = slices.lseg[i]!
+      if (l !== lastLocal) {
+        lastLocal = l
+        const segment = locals[l]!
+        if (segment.withdrawn) throw new RdmaError(`Local segment '${segment.name}' was unregistered during the transfer`, { code: 'ERR_SEGMENT_WITHDRAWN' })
+        if (!regions.includes(segment.region)) regions.push(segment.region)
+      }
+      const r = slices.rseg[i]!
+      if (r !== lastRemote) {
+        lastRemote = r
+        const segment = remotes[r]!
+        if (segment.withdrawn) throw new RdmaError(`The peer withdrew segment '${segment.name}' during the transfer`, { code: 'ERR_SEGMENT_WITHDRAWN' })
       }
     }
-    return { ops, bytes }
+    const opcode = this.#plan.op === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
+    const done = qp.postEncoded(this.#plan.op, to - from, regions, (first, enc) => {
+      const last = to - 1
+      for (let i = from; i < to; i++) {
+        enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
+          wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
+      }
+    })
+    return { wrs: to - from, bytes, done }
   }
 
   batchDone(bytes: number, wrs: number): void {
@@ -99,7 +123,7 @@ export class TransferRun implements PostSource {
 
   batchFailed(error: Error, linkBroken: boolean): void {
     if (linkBroken) this.#hooks.onBatchError(error)
-    this.fail(this.#failure(error, 'a work request failed'))
+    this.fail(this.#failure(error, linkBroken ? 'a work request failed' : 'a batch was refused'))
   }
 
   /** Rejects with `error` unless settled already. */

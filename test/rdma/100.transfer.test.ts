@@ -317,4 +317,68 @@ describe('rights, withdrawal and bounded failure', () => {
     await agent.unregister(local, { timeoutMs: 10_000 })
     await server.unregister(remote, { timeoutMs: 10_000 })
   })
+
+  it('the event loop turns during a large transfer: a timer set as it starts fires before it ends', async () => {
+    // 4096 blocks of 1 KiB that do not coalesce (neighbours on the remote side
+    // are far apart here): 256 batches. Soft-RoCE completes a batch inside its
+    // post, and each completion posts the next batch from a microtask: unless
+    // the completion queue yields every INLINE_BUDGET completions, the whole
+    // transfer ran in one macrotask, and timers and I/O (another connection's
+    // handshake) waited for its end.
+    const { agent, peer } = clients[0]!
+    const count = 4096
+    const local = agent.register('loop-local', { size: count * KiB })
+    const remote = server.register('loop-remote', { size: count * KiB, remote: 'write' })
+    await until(() => peer.segments.has('loop-remote'), 'the client to see loop-remote')
+    fill(local, 11)
+    const localOffsets = Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB)
+    const remoteOffsets = Float64Array.from({ length: count }, (_, i) => i * KiB)
+    let fired = false
+    const write = agent.write(peer, { local, remote: 'loop-remote', localOffsets, remoteOffsets, blockSize: KiB }, { timeoutMs: 120_000 })
+    setTimeout(() => { fired = true }, 0)
+    const firedBeforeEnd = await write.then((result) => {
+      expect(result.workRequests).toBe(count)
+      return fired
+    })
+    expect(firedBeforeEnd).toBe(true)
+    for (let i = 0; i < count; i += 511) {
+      expect(Buffer.compare(remote.bytes.subarray(i * KiB, (i + 1) * KiB), local.bytes.subarray((count - 1 - i) * KiB, (count - i) * KiB))).toBe(0)
+    }
+    await agent.unregister(local, { timeoutMs: 10_000 })
+    await server.unregister(remote, { timeoutMs: 10_000 })
+  })
+
+  it('a batch refused alone (its local segment unregistered during the transfer) fails its transfer, not the link', async () => {
+    const agent = await TransferAgent.create({ host, port: 0, name: 'refused', qpsPerPeer: 1 })
+    try {
+      const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+      const count = 4096
+      const local = agent.register('refused-local', { size: count * KiB })
+      const remote = server.register('refused-remote', { size: count * KiB, remote: 'write' })
+      await until(() => peer.segments.has('refused-remote'), 'the client to see refused-remote')
+      const localOffsets = Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB)
+      const remoteOffsets = Float64Array.from({ length: count }, (_, i) => i * KiB)
+      const link = (peer as unknown as { link: unknown }).link
+      const failed = agent.write(peer, { local, remote: 'refused-remote', localOffsets, remoteOffsets, blockSize: KiB }, { timeoutMs: 120_000 }).catch((e) => e)
+      // On the next turn of the loop: batches are posted and complete by then, and more wait.
+      await new Promise((resolve) => setImmediate(resolve))
+      const unregistered = agent.unregister(local, { timeoutMs: 30_000 })
+      const error = await within(failed, 60_000, 'the write whose segment was unregistered')
+      await unregistered
+      expect(error).toBeInstanceOf(TransferError)
+      expect(error).toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN', bytes: count * KiB })
+      expect(error.bytesLanded).toBeLessThan(count * KiB)
+      // The link is the same, healthy one: the next transfer runs on it, without reconnecting.
+      expect(peer.state).toBe('connected')
+      const again = agent.register('refused-again', { size: 4096 })
+      fill(again, 12)
+      await agent.write(peer, [{ local: [again, 0], remote: ['refused-remote', 0], length: 4096 }], { timeoutMs: 30_000 })
+      expect(Buffer.compare(remote.bytes.subarray(0, 4096), again.bytes)).toBe(0)
+      expect((peer as unknown as { link: unknown }).link).toBe(link)
+      expect(agent.stats().peers[peer.id]!.reconnects).toBe(0)
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    } finally {
+      agent.close()
+    }
+  })
 })

@@ -1,9 +1,11 @@
 // Handshake failures are coded errors within their bound, never crashes: no
 // listener, a listener that is not an agent and never answers, a stranger's
 // connect request to an agent, a peer that speaks nonsense.
+import { existsSync, readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { connect, listen, RdmaError, TransferAgent, type Connection, type Listener } from '../../dist/index.js'
+import { connect, listDevices, listen, RdmaError, TransferAgent, type Connection, type Listener } from '../../dist/index.js'
 import { testDevice, within } from './helpers.js'
+import { needs } from './needs.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
 let agent: TransferAgent
@@ -14,6 +16,11 @@ beforeAll(async () => {
   agent.on('handshakeError', (error) => handshakeErrors.push(error))
 })
 afterAll(() => agent?.close())
+
+// rxe counts the RNR NAKs its responders send (a SEND that found no receive posted).
+const deviceName = process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE ?? listDevices()[0]?.name
+const rnrCounter = `/sys/class/infiniband/${deviceName}/ports/1/hw_counters/send_rnr_err`
+const rnrNaks = (): number => Number(readFileSync(rnrCounter, 'utf8'))
 
 describe('transfer handshake failures', () => {
   it('no listener at the address: a coded error, at once', async () => {
@@ -73,5 +80,22 @@ describe('transfer handshake failures', () => {
     conn.close()
     await within((async () => { while (handshakeErrors.length === before) await new Promise((r) => setTimeout(r, 10)) })(), 5000, 'the handshakeError event')
     expect(handshakeErrors[before]).toMatchObject({ code: 'ERR_TRANSFER_PROTOCOL' })
+  })
+
+  needs(existsSync(rnrCounter) ? undefined : `no RNR counter at ${rnrCounter} (rxe has one)`)('a handshake sends nothing the peer has no receive posted for (no RNR NAK): no 655 ms RNR retry in the handshake', async () => {
+    // A SEND that finds no receive is retried after the responder's RNR timer
+    // (655 ms as rdma_cm sets it): every connect paid it, and the listening
+    // side finished its handshake after the connecting side had started
+    // transferring.
+    const other = await TransferAgent.create({ host, port: 0, name: 'rnr' })
+    try {
+      const before = rnrNaks()
+      const peer = await other.connect({ host, port: agent.port, timeoutMs: 30_000 })
+      await within((async () => { while (![...agent.peers.values()].some((p) => p.name === 'rnr')) await new Promise((r) => setTimeout(r, 5)) })(), 30_000, 'the listening side to finish its handshake')
+      expect(rnrNaks() - before).toBe(0)
+      other.closePeer(peer)
+    } finally {
+      other.close()
+    }
   })
 })

@@ -4,7 +4,7 @@
 // larger than the slice size.
 import { describe, expect, it } from 'vitest'
 import fc from 'fast-check'
-import { coalesce, emptyColumns, planSlices, slice, stripe, validateColumns, type BlockColumns } from '../../lib/transfer/blocks.js'
+import { coalesce, emptyColumns, planSlices, remoteOrderIndexes, slice, stripe, validateColumns, type BlockColumns } from '../../lib/transfer/blocks.js'
 import { thrown } from './thrown.js'
 
 function columns(blocks: Array<[number, number, number, number, number]>): BlockColumns {
@@ -61,6 +61,18 @@ describe('coalesce', () => {
   it('keeps apart blocks adjacent on one side only, or in other segments', () => {
     const kept = coalesce(columns([[0, 0, 0, 0, 4], [0, 4, 0, 8, 4], [1, 8, 0, 16, 4], [0, 12, 1, 20, 4]]))
     expect(kept.count).toBe(4)
+  })
+})
+
+describe('remoteOrderIndexes', () => {
+  it('orders blocks by (remote segment, remote offset), ties by index, as a comparator sort does: packed keys and the fallback for huge offsets', () => {
+    const block = fc.tuple(fc.nat(3), fc.nat(2 ** 20), fc.nat(3), fc.oneof(fc.nat(2 ** 20), fc.nat(Number.MAX_SAFE_INTEGER - 2)), fc.integer({ min: 1, max: 64 }))
+    fc.assert(fc.property(fc.array(block, { minLength: 1, maxLength: 300 }), (blocks) => {
+      const cols = columns(blocks)
+      const expected = Array.from({ length: cols.count }, (_, i) => i)
+        .sort((a, b) => cols.rseg[a]! - cols.rseg[b]! || cols.roff[a]! - cols.roff[b]! || a - b)
+      expect([...remoteOrderIndexes(cols)]).toEqual(expected)
+    }), { numRuns: 300 })
   })
 })
 
