@@ -5,6 +5,7 @@ import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
 import { LocalSlice, NativeMemory, RemoteSlice, type MemoryRegion } from './memory.js'
+import { PendingTable } from './pending-table.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
 import { MAX_SGE_BYTES, splitWr } from './split.js'
@@ -259,7 +260,7 @@ export class QueuePair extends Resource {
   #error: RdmaError | undefined
   readonly #gidIndex: number | undefined
   /** @internal PendingOwner: requests in flight by the wr_id of their last work request (every request in flight is here). */
-  readonly pendings = new Map<number, Pending>()
+  readonly pendings: PendingTable
   #orphaned = 0
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
@@ -304,6 +305,7 @@ export class QueuePair extends Resource {
     this.qpn = this.handle.qpn
     this.caps = this.handle.caps
     this.psn = Math.floor(Math.random() * 0xffffff)
+    this.pendings = new PendingTable(this.caps.maxSendWr + this.caps.maxRecvWr)
     this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
     this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
     this.sendCq.addOwner(this.qpn, this)
@@ -1061,8 +1063,7 @@ export class QueuePair extends Resource {
   pendingFor(wrId: number): Pending | undefined {
     const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
     if (pending !== undefined) return pending
-    for (const p of this.pendings.values()) if (p.contains(wrId)) return p
-    return undefined
+    return this.pendings.containing(wrId)
   }
 
   /** @internal PendingOwner */
@@ -1102,7 +1103,7 @@ export class QueuePair extends Resource {
    */
   failAll(error: RdmaError): void {
     this.failed(error)
-    for (const pending of [...this.pendings.values()]) pending.reject(error)
+    for (const pending of this.pendings.values()) pending.reject(error)
   }
 
   protected override afterClose(): void {
