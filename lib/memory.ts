@@ -203,9 +203,11 @@ export class MemoryRegion extends Resource {
 
   /** @internal A work request naming this region is done with it. */
   released(): void {
-    if (--this.inflight === 0 && this.#idleWaiters.length > 0) {
-      for (const wake of this.#idleWaiters.slice()) wake()
-    }
+    if (--this.inflight === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
+  }
+
+  #wakeIdle(): void {
+    for (const wake of this.#idleWaiters.slice()) wake()
   }
 
   protected override onClose(): void {
