@@ -76,6 +76,8 @@ export class CompletionQueue extends Resource {
   readonly kernelHandle: number
   #failure: RdmaError | undefined
   #pending = 0
+  /** Whether close() has not run, for the hot paths (Resource's shared `closed` getter is a megamorphic access). */
+  #open = true
   #referenced = false // whether the addon's watcher keeps the loop alive
   #unrefScheduled = false
   #spinScheduled = false
@@ -186,7 +188,7 @@ export class CompletionQueue extends Resource {
   readonly #unrefIfIdle = (): void => {
     this.#unrefScheduled = false
     if (this.#pending === 0) this.#forgetOwner() // idle: a dropped QP can be collected
-    if (this.#pending === 0 && this.#referenced && !this.closed) {
+    if (this.#pending === 0 && this.#referenced && this.#open) {
       this.#referenced = false
       this.handle.setWaiting(false)
     }
@@ -225,7 +227,7 @@ export class CompletionQueue extends Resource {
 
   /** @internal Whether a post may poll this queue right after (the post function then polls in the same native call). */
   mayPollInline(): boolean {
-    return !this.#dispatching && this.#inlineBudget > 0 && this.#pending !== 0 && !this.closed
+    return !this.#dispatching && this.#inlineBudget > 0 && this.#pending !== 0 && this.#open
   }
 
   /** @internal A post polled `n` completions into the output right after posting (mayPollInline() said it could). */
@@ -265,7 +267,7 @@ export class CompletionQueue extends Resource {
 
   readonly #spin = (): void => {
     this.#spinScheduled = false
-    if (this.closed || this.#pending === 0) return
+    if (!this.#open || this.#pending === 0) return
     const n = this.#spinOnce()
     if (n > 0) this.#dispatch(n)
     if (this.#pending > 0) this.#scheduleSpin()
@@ -318,13 +320,14 @@ export class CompletionQueue extends Resource {
         setImmediate(this.#unrefIfIdle)
       }
     }
-    if (count === this.#capacity && !this.#drainScheduled && !this.closed) {
+    if (count === this.#capacity && !this.#drainScheduled && this.#open) {
       this.#drainScheduled = true
       setImmediate(this.#drain)
     }
   }
 
   protected override afterClose(): void {
+    this.#open = false
     this.device.untrackCq(this)
   }
 

@@ -279,6 +279,12 @@ export class QueuePair extends Resource {
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */
   #maxMessage = 0
   readonly #ledger: QpLedger
+  /**
+   * Whether close() has not run, for the hot paths: Resource's `closed`
+   * getter is shared by every kind of resource, its property access turns
+   * megamorphic, and each read then costs a generic lookup.
+   */
+  #open = true
 
   /** Not constructible: made by pd.createQp(). */
   constructor(...notConstructible: never)
@@ -830,7 +836,7 @@ export class QueuePair extends Resource {
    * general path then waits for them, or says why it cannot post).
    */
   #takeSendSlotNow(): boolean {
-    if (this.#error !== undefined || this.#state !== 'RTS' || this.closed) return false
+    if (this.#error !== undefined || this.#state !== 'RTS' || !this.#open) return false
     const slots = this.#sendSlots
     if (!slots.tryTake(1)) return false
     if (!this.sendCq.credits.tryTake(1)) {
@@ -1008,7 +1014,7 @@ export class QueuePair extends Resource {
     const cq = this.sendCq
     let polled = -1 // completions the post polled; -1: poll separately
     try {
-      if (this.closed) return // closing rejected them already
+      if (!this.#open) return // closing rejected them already
       const poll = cq.mayPollInline() ? 1 : 0
       let index = 0
       let wrsBefore = 0
@@ -1116,6 +1122,7 @@ export class QueuePair extends Resource {
   }
 
   protected override afterClose(): void {
+    this.#open = false
     this.pd.device.untrackQp(this)
     this.sendCq.removeOwner(this.qpn)
     this.recvCq.removeOwner(this.qpn)
