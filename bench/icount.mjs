@@ -182,8 +182,9 @@ async function guest(argv) {
   const profile = argv.includes('--profile') // name the profile's JIT addresses: V8's perf map, printed with the mappings
   const pathArgs = [...(profile ? ['--perf-basic-prof'] : []), join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n),
     ...(only ? ['--only', only] : []), ...(profile ? ['--maps'] : [])]
-  await forward(process.execPath, pathArgs)
-  for (const dir of option(argv, '--variants', '').split(',').filter(Boolean)) {
+  const variants = option(argv, '--variants', '').split(',').filter(Boolean)
+  if (variants.length === 0) await forward(process.execPath, pathArgs) // with variants, only those (snapshot the working tree too)
+  for (const dir of variants) {
     const variant = resolve(root, dir)
     const addon = join(variant, 'node_ibverbs.node')
     await forward(process.execPath, [...pathArgs, '--dist', join(variant, 'dist'), '--tag', basename(variant)], undefined,
