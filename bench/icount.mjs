@@ -3,7 +3,12 @@
 // perftest, user and kernel instructions apart. Unlike time under emulation,
 // the counts do not depend on the host's load or the guest's slow clock.
 //
-//   npm run bench -- icount [--n 4000] [--only read,poll] [--profile] [--no-references]
+//   npm run bench -- icount [--n 4000] [--only read,poll] [--profile] [--no-references] [--variants DIR,...]
+//
+// --variants: also counts other versions of the library in the same boot,
+// each a directory made by `bash bench/icount/snapshot.sh NAME` (its lib
+// compiled and its addon); their rows are labelled [NAME]. One boot then
+// gives a before/after per change.
 //
 // On the host: builds bench/icount/{plugin.c, marker.c, verbs-loop.c} into
 // bench/icount/build/, puts a qemu-system-x86_64 wrapper that loads the
@@ -12,7 +17,7 @@
 // In the guest (--guest): runs the paths between markers.
 import { spawn, spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { runIfMain } from './entry.mjs'
 import { createRequire } from 'node:module'
@@ -120,9 +125,9 @@ export function markdown(table, meta) {
 // --- in the guest ------------------------------------------------------------
 
 /** Runs a child, forwarding its @icount lines; other output goes to stderr. */
-function forward(cmd, args, onLine = (line) => line.startsWith('@icount ') && process.stdout.write(line + '\n')) {
+function forward(cmd, args, onLine = (line) => line.startsWith('@icount ') && process.stdout.write(line + '\n'), env = process.env) {
   return new Promise((resolveRun, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] })
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'], env })
     let rest = ''
     child.stdout.on('data', (d) => {
       const lines = (rest + d).split('\n')
@@ -174,7 +179,17 @@ async function guest(argv) {
   }
   const references = !argv.includes('--no-references') // perftest and the C loop (a quicker run without)
   if (references) await perf('perftest ib_read_lat (busy poll)', 'read_lat')
-  await forward(process.execPath, [join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n), ...(only ? ['--only', only] : [])])
+  const profile = argv.includes('--profile') // name the profile's JIT addresses: V8's perf map, printed with the mappings
+  const pathArgs = [...(profile ? ['--perf-basic-prof'] : []), join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n),
+    ...(only ? ['--only', only] : []), ...(profile ? ['--maps'] : [])]
+  const variants = option(argv, '--variants', '').split(',').filter(Boolean)
+  if (variants.length === 0) await forward(process.execPath, pathArgs) // with variants, only those (snapshot the working tree too)
+  for (const dir of variants) {
+    const variant = resolve(root, dir)
+    const addon = join(variant, 'node_ibverbs.node')
+    await forward(process.execPath, [...pathArgs, '--dist', join(variant, 'dist'), '--tag', basename(variant)], undefined,
+      existsSync(addon) ? { ...process.env, NODE_IBVERBS_ADDON: addon } : process.env)
+  }
   if (references) await forward(join(build, 'verbs-loop'), [device, String(gidIndex), String(n)], (line) => {
     const m = /^verbs-loop (\w+) (\d+) ([\d.]+)/.exec(line)
     if (!m) return false

@@ -1,7 +1,7 @@
 // Native buffers, memory regions, and the local/remote slices that work
 // requests name. Every slice is bounds-checked when it is made.
 import { native, type NativeBufferHandle, type NativeMemoryRegion } from './native.js'
-import { call, RdmaError } from './errors.js'
+import { call, closedError, RdmaError } from './errors.js'
 import { explainRegistrationFailure } from './memlock.js'
 import { Resource } from './resource.js'
 import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
@@ -75,6 +75,8 @@ export class MemoryRegion extends Resource {
   readonly #jsBytes: Uint8Array | undefined
   /** @internal Work requests in flight that name this region. */
   inflight = 0
+  /** Whether close() has not run, for assertUsable() per operation (Resource's assertOpen() is a megamorphic access). */
+  #open = true
   #idleWaiters: Array<() => void> = []
   readonly #jsBacking: ArrayBuffer | undefined
   readonly #memory: NativeMemory | undefined
@@ -160,7 +162,7 @@ export class MemoryRegion extends Resource {
 
   /** @internal Throws unless the region can be named in a new work request. */
   assertUsable(): void {
-    this.assertOpen()
+    if (!this.#open) throw closedError(this.kind)
     if (this.#jsBacking !== undefined && this.#jsBacking.byteLength === 0) {
       throw new RdmaError('The registered ArrayBuffer was detached (transferred); register it again', { code: 'ERR_DETACHED' })
     }
@@ -203,9 +205,15 @@ export class MemoryRegion extends Resource {
 
   /** @internal A work request naming this region is done with it. */
   released(): void {
-    if (--this.inflight === 0 && this.#idleWaiters.length > 0) {
-      for (const wake of this.#idleWaiters.slice()) wake()
-    }
+    if (--this.inflight === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
+  }
+
+  #wakeIdle(): void {
+    for (const wake of this.#idleWaiters.slice()) wake()
+  }
+
+  protected override afterClose(): void {
+    this.#open = false
   }
 
   protected override onClose(): void {

@@ -7,6 +7,7 @@ import { RdmaError } from './errors.js'
 import { wcStatusNames } from './constants.js'
 import type { MemoryRegion } from './memory.js'
 import type { WaitOptions } from './validate.js'
+import type { PendingIndex } from './pending-table.js'
 
 /** A completion as read from the CQ's output words. */
 export interface CompletionEntry {
@@ -29,7 +30,7 @@ export interface CompletionEntry {
 export interface PendingOwner {
   readonly qpn: number
   /** The owner's requests in flight, by the wr_id of their last work request. */
-  readonly pendings: Map<number, Pending>
+  readonly pendings: PendingIndex
   /** Called when a Pending of this owner finishes. */
   released(pending: Pending): void
   /** Called when a completion of this owner carries an error status. */

@@ -5,6 +5,7 @@ import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
 import { LocalSlice, NativeMemory, RemoteSlice, type MemoryRegion } from './memory.js'
+import { PendingTable } from './pending-table.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
 import { MAX_SGE_BYTES, splitWr } from './split.js'
@@ -67,8 +68,15 @@ const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, srq }) =>
 /** Sends gathered during one turn of the event loop, posted together. */
 class SendBatch {
   readonly encoder = new WorkRequestEncoder()
-  /** The requests encoded, in order; each knows where its words start (Pending.wordStart). */
-  readonly pendings: Pending[] = []
+  /**
+   * The requests encoded, in order, in pendings[0, count); each knows where
+   * its words start (Pending.wordStart). Emptied by count (and the slots
+   * cleared), never by `length = 0`: that frees the array's storage, which
+   * the next push allocates again (~0.5k instructions per operation, in
+   * the runtime's length setter and the array's regrowth).
+   */
+  readonly pendings: Array<Pending | undefined> = []
+  count = 0
   wrs = 0
   /** The native post function bound to `bound` (the encoder's buffer, replaced when it grows). */
   post: PostFunction | undefined
@@ -259,7 +267,7 @@ export class QueuePair extends Resource {
   #error: RdmaError | undefined
   readonly #gidIndex: number | undefined
   /** @internal PendingOwner: requests in flight by the wr_id of their last work request (every request in flight is here). */
-  readonly pendings = new Map<number, Pending>()
+  readonly pendings: PendingTable
   #orphaned = 0
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
@@ -271,6 +279,12 @@ export class QueuePair extends Resource {
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */
   #maxMessage = 0
   readonly #ledger: QpLedger
+  /**
+   * Whether close() has not run, for the hot paths: Resource's `closed`
+   * getter is shared by every kind of resource, its property access turns
+   * megamorphic, and each read then costs a generic lookup.
+   */
+  #open = true
 
   /** Not constructible: made by pd.createQp(). */
   constructor(...notConstructible: never)
@@ -304,6 +318,7 @@ export class QueuePair extends Resource {
     this.qpn = this.handle.qpn
     this.caps = this.handle.caps
     this.psn = Math.floor(Math.random() * 0xffffff)
+    this.pendings = new PendingTable(this.caps.maxSendWr + this.caps.maxRecvWr)
     this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
     this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
     this.sendCq.addOwner(this.qpn, this)
@@ -847,7 +862,7 @@ export class QueuePair extends Resource {
    * general path then waits for them, or says why it cannot post).
    */
   #takeSendSlotNow(): boolean {
-    if (this.#error !== undefined || this.#state !== 'RTS' || this.closed) return false
+    if (this.#error !== undefined || this.#state !== 'RTS' || !this.#open) return false
     const slots = this.#sendSlots
     if (!slots.tryTake(1)) return false
     if (!this.sendCq.credits.tryTake(1)) {
@@ -982,7 +997,7 @@ export class QueuePair extends Resource {
   /** Tracks an encoded send and posts it now (the first of a turn, or inline data) or with the rest of the turn. */
   #queueSend(batch: SendBatch, pending: Pending, count: number, wait: WaitOptions): void {
     pending.track(wait)
-    batch.pendings.push(pending)
+    batch.pendings[batch.count++] = pending
     batch.wrs += count
     // The first send of a turn is posted at once, so a caller sees it on the
     // wire when the call returns (and may spin on memory for the answer);
@@ -1014,8 +1029,9 @@ export class QueuePair extends Resource {
   readonly #flushSends = (): void => {
     this.#flushScheduled = false
     const batch = this.#sendBatch
-    const entries = batch.pendings
-    if (entries.length === 0) return
+    const entries = batch.pendings as Pending[] // [0, count) are set
+    const length = batch.count
+    if (length === 0) return
     // Swap buffers: sends made while this one is posted (e.g. by requests that
     // were waiting for the slots a refused request frees) go to the other.
     this.#sendBatch = this.#spareBatch
@@ -1024,11 +1040,11 @@ export class QueuePair extends Resource {
     const cq = this.sendCq
     let polled = -1 // completions the post polled; -1: poll separately
     try {
-      if (this.closed) return // closing rejected them already
+      if (!this.#open) return // closing rejected them already
       const poll = cq.mayPollInline() ? 1 : 0
       let index = 0
       let wrsBefore = 0
-      while (index < entries.length) {
+      while (index < length) {
         try {
           const n = this.#postFrom(batch, entries[index]!.wordStart, total - wrsBefore, index === 0 ? poll : 0)
           if (index === 0 && poll) polled = n
@@ -1047,13 +1063,14 @@ export class QueuePair extends Resource {
           wrsBefore += badCount
           index++
           if (this.#error) { // the QP failed: the rest cannot be posted
-            for (const rest of entries.slice(index)) this.#refused(rest, rest.slots, this.#stateError(rest.verb), this.#sendSlots, 0)
+            for (const rest of entries.slice(index, length)) this.#refused(rest, rest.slots, this.#stateError(rest.verb), this.#sendSlots, 0)
             break
           }
         }
       }
     } finally {
-      entries.length = 0
+      for (let i = 0; i < length; i++) batch.pendings[i] = undefined // the batch does not keep them alive
+      batch.count = 0
       batch.wrs = 0
       batch.encoder.reset()
     }
@@ -1087,8 +1104,7 @@ export class QueuePair extends Resource {
   pendingFor(wrId: number): Pending | undefined {
     const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
     if (pending !== undefined) return pending
-    for (const p of this.pendings.values()) if (p.contains(wrId)) return p
-    return undefined
+    return this.pendings.containing(wrId)
   }
 
   /** @internal PendingOwner */
@@ -1128,10 +1144,11 @@ export class QueuePair extends Resource {
    */
   failAll(error: RdmaError): void {
     this.failed(error)
-    for (const pending of [...this.pendings.values()]) pending.reject(error)
+    for (const pending of this.pendings.values()) pending.reject(error)
   }
 
   protected override afterClose(): void {
+    this.#open = false
     this.pd.device.untrackQp(this)
     this.sendCq.removeOwner(this.qpn)
     this.recvCq.removeOwner(this.qpn)

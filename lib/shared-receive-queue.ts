@@ -3,6 +3,7 @@ import { native, type NativeSharedReceiveQueue } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry } from './pending.js'
+import { PendingTable } from './pending-table.js'
 import { WorkRequestEncoder } from './work-request-encoding.js'
 import { integer, optionalObject, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -30,7 +31,7 @@ export class SharedReceiveQueue extends Resource {
   #orphaned = 0
   readonly #outstanding = new Set<Pending>()
   /** @internal PendingOwner */
-  readonly pendings = new Map<number, Pending>()
+  readonly pendings: PendingTable
 
   /** Not constructible: made by pd.createSrq(). */
   constructor(...notConstructible: never)
@@ -42,6 +43,7 @@ export class SharedReceiveQueue extends Resource {
     this.maxWr = integer(o.maxWr ?? 256, 'options.maxWr', 1, 1 << 20)
     this.maxSge = integer(o.maxSge ?? 1, 'options.maxSge', 1, 64)
     this.pd = pd
+    this.pendings = new PendingTable(this.maxWr)
     this.handle = call(() => new native.SharedReceiveQueue(pd.handle, this.maxWr, this.maxSge, 0))
     this.kernelHandle = this.handle.handle
     pd.device.trackSrq(this)

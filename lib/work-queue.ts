@@ -38,7 +38,7 @@ export class WorkQueueSlots {
 
   release(slots: number): void {
     this.used -= slots
-    this.#grantWaiting()
+    if (this.#waiting.length !== 0) this.#grantWaiting() // per operation: no call when nothing waits
   }
 
   /** Rejects the waiting requests (of `owner`, or all). */

@@ -3,19 +3,27 @@
 // Prints one line per region, in order: `@icount {"label", "n", "us", ...}`
 // (µs per operation: the N operations timed as a whole; under the plugin the
 // guest runs slower, so only ratios mean something).
-//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--only label,...]
+//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--only label,...] [--dist DIR --tag NAME]
+// --dist: another build of the library (a directory holding index.js; its
+// addon named by NODE_IBVERBS_ADDON), so that several versions are counted in
+// one boot; --tag prefixes their labels.
 import { createRequire } from 'node:module'
 import { performance } from 'node:perf_hooks'
-import { openDevice } from '../../dist/index.js'
+import { pathToFileURL } from 'node:url'
+import { resolve } from 'node:path'
 import { connectedPair } from '../pair.mjs'
-import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
-import { WrOpcode, SendFlags } from '../../dist/constants.js'
 
 const args = process.argv.slice(2)
 const { mark } = createRequire(import.meta.url)(args[0])
 const opt = (name, fallback) => { const i = args.indexOf(name); return i < 0 ? fallback : args[i + 1] }
 const N = Number(opt('--n', 4000))
 const only = opt('--only', undefined)?.split(',')
+const dist = opt('--dist', undefined)
+const tag = opt('--tag', undefined)
+const lib = (file) => dist ? pathToFileURL(resolve(dist, file)).href : `../../dist/${file}`
+const { openDevice } = await import(lib('index.js'))
+const { WorkRequestEncoder } = await import(lib('work-request-encoding.js'))
+const { WrOpcode, SendFlags } = await import(lib('constants.js'))
 
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 const busy = await connectedPair(device, 'busy')
@@ -66,8 +74,8 @@ function paths() {
   return [
     { label: 'raw read: encode + postSend + poll (ObjectWrap methods)', ...rawRead(busy) },
     ...(typeof c.qp.handle.sendPoster === 'function' ? [{ label: 'raw read: addOne + bound post(wordStart, 1, poll)', ...rawBoundRead(busy) }] : []),
-    { label: 'empty poll: cq.poll()', sync: () => c.cq.poll() },
-    { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll() },
+    { label: 'empty poll: cq.poll()', sync: () => c.cq.poll(), scale: 10 },
+    { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll(), scale: 10 },
     { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
     { label: 'await qp.write() (busy CQ)', async: () => c.qp.write(local, remote) },
     { label: 'await qp.read() (event CQ)', async: () => event.c.qp.read(ev.local, ev.remote) },
@@ -93,7 +101,7 @@ function loopFor(path) {
 for (const path of paths()) {
   if (only && !only.some((o) => path.label.includes(o))) continue
   const per = path.per ?? 1
-  const n = Math.max(50, Math.round(N / per))
+  const n = Math.max(50, Math.round((N * (path.scale ?? 1)) / per)) // cheap paths run longer: a region's fixed noise is spread thinner
   const run = loopFor(path)
   await run(n) // warm-up: V8 optimizes the path before it is counted
   await run(n)
@@ -107,7 +115,14 @@ for (const path of paths()) {
     const us = ((performance.now() - t0) * 1000) / (n * per)
     const after = path.stats?.()
     const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
-    console.log('@icount ' + JSON.stringify({ label: path.label, n: n * per, us, ...extra }))
+    console.log('@icount ' + JSON.stringify({ label: tag ? `[${tag}] ${path.label}` : path.label, n: n * per, us, ...extra }))
   }
 }
 device.close()
+if (args.includes('--maps')) {
+  // For --profile: what the host needs to name the profile's addresses (V8's
+  // JIT code from --perf-basic-prof's map, libraries from our mappings).
+  const { readFileSync } = await import('node:fs')
+  for (const line of readFileSync('/proc/self/maps', 'utf8').split('\n')) if (/ r-xp /.test(line)) console.log('@maps ' + line)
+  for (const line of readFileSync(`/tmp/perf-${process.pid}.map`, 'utf8').split('\n')) if (line) console.log('@perfmap ' + line)
+}
