@@ -46,6 +46,10 @@ const ALL_STEPS = [
   ['perftest', 4 * MiB, 5, ['loss', '1%', 'limit', '100000']],
   ['library', 4 * MiB, 1, ['loss', '1%', 'limit', '100000']],
   ['library', 16 * MiB, 1, ['loss', '1%']],
+  // The requester's QP with ib_read_bw's retransmit timeout (connect({ ackTimeout: 14 }): 67 ms).
+  ['library', 1 * MiB, 5, ['loss', '1%'], { ackTimeout: 14 }],
+  ['library', 4 * MiB, 1, ['loss', '1%'], { ackTimeout: 14 }],
+  ['library', 4 * MiB, 1, ['loss', '1%', 'limit', '100000'], { ackTimeout: 14 }],
 ]
 const pick = process.env.READ_LOSS_STEPS?.split(',').map(Number)
 const steps = ALL_STEPS.map((s, i) => [i, ...s]).filter(([i]) => !pick || pick.includes(i))
@@ -82,7 +86,7 @@ async function perftestStep(port, bytes, iters, extra = []) {
   }
 }
 
-async function libraryStep(port, bytes, iters) {
+async function libraryStep(port, bytes, iters, connectOptions = {}) {
   const dev = openDevice(device)
   const pd = dev.allocPd()
   try {
@@ -100,7 +104,7 @@ async function libraryStep(port, bytes, iters) {
     }
     let conn
     for (let attempt = 0; ; attempt++) {
-      try { conn = await connect({ host: peer, port, pd, timeoutMs: 30_000, receiveJson: true }); break } catch (e) {
+      try { conn = await connect({ host: peer, port, pd, timeoutMs: 30_000, receiveJson: true, ...connectOptions }); break } catch (e) {
         if (e.code !== 'ECONNREFUSED' || attempt > 240) throw e
         await sleep(500)
       }
@@ -178,11 +182,11 @@ for (const [i, tool, bytes, iters, net, extra] of steps) {
   const port = 19600 + i
   let result
   try {
-    result = tool === 'perftest' ? await perftestStep(port, bytes, iters, extra) : tool === 'transfer' ? await transferStep(port, bytes) : await libraryStep(port, bytes, iters)
+    result = tool === 'perftest' ? await perftestStep(port, bytes, iters, extra) : tool === 'transfer' ? await transferStep(port, bytes) : await libraryStep(port, bytes, iters, extra)
   } catch (e) {
     result = { error: e.stack }
   }
-  console.log(`READ-LOSS ${JSON.stringify({ host: role, step: i, tool, bytes, reads: iters, netem: net.join(' '), ...(extra ? { extra: extra.join(' ') } : {}), ...result, counters: moved(before, counters()) })}`)
+  console.log(`READ-LOSS ${JSON.stringify({ host: role, step: i, tool, bytes, reads: iters, netem: net.join(' '), ...(extra ? { extra: Array.isArray(extra) ? extra.join(' ') : extra } : {}), ...result, counters: moved(before, counters()) })}`)
 }
 try { execFileSync('tc', ['qdisc', 'del', 'dev', netdev, 'root'], { stdio: 'pipe' }) } catch { /* none */ }
 // rxe logs a responder that could not send a READ response ("Failed sending RDMA reply").
