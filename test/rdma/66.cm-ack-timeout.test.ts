@@ -5,7 +5,7 @@
 // ib_read_bw (timeout 14) took 2 s (docs/reliability.md). Each side sets its
 // own timeout; it is not negotiated.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { connect, listen, type Connection, type Device, type ProtectionDomain } from '../../dist/index.js'
+import { Access, connect, listen, type Connection, type Device, type ProtectionDomain } from '../../dist/index.js'
 import { pattern, testDevice } from './helpers.js'
 import { countAll, countResources } from './resources.js'
 
@@ -42,7 +42,7 @@ describe('connect()/accept() ackTimeout', () => {
       expect(p.client.qp.query().timeout).toBe(14)
       expect(p.server.qp.query().timeout).toBe(12)
       const mine = pd.allocRegion(8192)
-      const theirs = pd.allocRegion(8192)
+      const theirs = pd.allocRegion(8192, Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead)
       try {
         mine.bytes.set(pattern(4096, 66))
         await p.client.qp.write(mine.slice(0, 4096), theirs.asRemote().slice(0, 4096), { timeoutMs: 30_000 })
