@@ -29,6 +29,13 @@ export interface ConnectionSetup {
   initiatorDepth?: number
   /** Post a receive for receiveJson() before the connection is established (so the peer may send at once). */
   receiveJson?: boolean
+  /**
+   * The QP's local ACK timeout, as the exponent of 4.096 µs · 2^ackTimeout (0-31; 14 is 67 ms): how
+   * long a request waits for its acknowledgement or READ response before it is sent again. Default:
+   * what rdma_cm derives from the path; on RoCE Linux gives 19, 2.1 s per retransmission, which makes
+   * every packet lost on the wire cost 2.1 s (docs/reliability.md). Not negotiated with the peer.
+   */
+  ackTimeout?: number
 }
 
 export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
@@ -542,6 +549,11 @@ function connParams(setup: ConnectionSetup, device: Device): [number, number] {
   return [responder, initiator]
 }
 
+/** options.ackTimeout checked: the exponent of the QP's local ACK timeout, or undefined (rdma_cm's). */
+function ackTimeoutOf(value: unknown): number | undefined {
+  return value === undefined ? undefined : integer(value, 'options.ackTimeout', 0, 31)
+}
+
 function hook(value: unknown, name: string): ((qp: QueuePair) => void) | undefined {
   if (value === undefined) return undefined
   if (typeof value !== 'function') throw typeError('a function', name, value)
@@ -561,6 +573,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
   const port = integer(o.port, 'options.port', 1, 65535)
   const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
   const data = privateData(o.privateData, 'options.privateData', 56)
+  const ackTimeout = ackTimeoutOf(o.ackTimeout)
   const deadline = Date.now() + wait.timeoutMs!
   const left = () => ({ ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
   const host = await numericHost(o.host, 'options.host', left())
@@ -572,6 +585,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
     connection = new Connection(id, o as ConnectionSetup, undefined)
     hook(o.beforeConnect, 'options.beforeConnect')?.(connection.qp)
     const [responder, initiator] = connParams(o as ConnectionSetup, connection.device)
+    if (ackTimeout !== undefined) call(() => id.native.setAckTimeout(ackTimeout))
     const event = await id.step('connect', () => id.native.connect(data, responder, initiator, 7, 7), 'ESTABLISHED', left())
     connection.established(event)
     return connection
@@ -606,10 +620,12 @@ export class ConnectionRequest {
     try {
       const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
       const data = privateData(o.privateData, 'options.privateData', 196)
+      const ackTimeout = ackTimeoutOf(o.ackTimeout)
       connection = new Connection(this.id, o, this.listener.pd)
       // Receives posted here are in place before the peer can send (it may send as soon as it sees ESTABLISHED).
       hook(o.beforeAccept, 'options.beforeAccept')?.(connection.qp)
       const [responder, initiator] = connParams(o, connection.device)
+      if (ackTimeout !== undefined) call(() => this.id.native.setAckTimeout(ackTimeout))
       const event = await this.id.step('accept', () => this.id.native.accept(data, responder, initiator, 7, 7), 'ESTABLISHED', wait)
       connection.established(event)
       connection.privateData = this.privateData

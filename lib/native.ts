@@ -82,6 +82,7 @@ export interface NativeCmId {
   resolveAddr(host: string, port: number, timeoutMs: number): void
   resolveRoute(timeoutMs: number): void
   createQp(pd: NativeProtectionDomain, options: Record<string, unknown>): NativeQueuePair
+  setAckTimeout(exponent: number): void
   connect(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
   accept(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
   reject(privateData: Uint8Array | undefined): void

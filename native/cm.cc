@@ -150,6 +150,7 @@ class CmIdWrap : public Napi::ObjectWrap<CmIdWrap> {
                         InstanceMethod("resolveAddr", &CmIdWrap::ResolveAddr),
                         InstanceMethod("resolveRoute", &CmIdWrap::ResolveRoute),
                         InstanceMethod("createQp", &CmIdWrap::CreateQp),
+                        InstanceMethod("setAckTimeout", &CmIdWrap::SetAckTimeout),
                         InstanceMethod("connect", &CmIdWrap::Connect),
                         InstanceMethod("accept", &CmIdWrap::Accept),
                         InstanceMethod("reject", &CmIdWrap::Reject),
@@ -249,6 +250,18 @@ class CmIdWrap : public Napi::ObjectWrap<CmIdWrap> {
     param->initiator_depth = static_cast<uint8_t>(ArgU32(info, first + 2, "initiatorDepth"));
     param->retry_count = static_cast<uint8_t>(ArgU32(info, first + 3, "retryCount"));
     param->rnr_retry_count = static_cast<uint8_t>(ArgU32(info, first + 4, "rnrRetryCount"));
+  }
+
+  // setAckTimeout(exponent): the QP's local ACK timeout (4.096 us * 2^exponent) that rdma_cm
+  // gives the QP when it moves it to RTS, instead of the one it derives from the path (on
+  // RoCE, Linux's packet lifetime 18 + 1 = 19: 2.1 s per retransmission). Before connect/accept.
+  Napi::Value SetAckTimeout(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint8_t timeout = static_cast<uint8_t>(ArgU32(info, 0, "ackTimeout"));
+    if (rdma_set_option(Id(env), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) != 0) {
+      ThrowErrno(env, errno, "rdma_set_option");
+    }
+    return env.Undefined();
   }
 
   // connect(privateData?, responderResources, initiatorDepth, retryCount, rnrRetryCount)

@@ -23,6 +23,23 @@ function errorOf(fn: () => unknown): Record<string, unknown> | null {
   }
 }
 
+/**
+ * Lets the event loop run between batches of synchronous verbs calls: tens of
+ * thousands of them in a row (seconds to minutes in the emulated guest) keep
+ * vitest's worker from answering its parent, which then fails the run.
+ */
+const breathe = (i: number) => (i % 256 === 255 ? new Promise((resolve) => setImmediate(resolve)) : undefined)
+
+/** `n` objects made by `make`, with breathe() between batches. */
+async function many<T>(n: number, make: (i: number) => T): Promise<T[]> {
+  const out: T[] = []
+  for (let i = 0; i < n; i++) {
+    out.push(make(i))
+    await breathe(i)
+  }
+  return out
+}
+
 /** The device still moves verified bytes. */
 async function stillWorks(): Promise<void> {
   const p = await connectedPair(device, { size: 8192 })
@@ -36,7 +53,11 @@ async function stillWorks(): Promise<void> {
 }
 
 describe('exhaustion', () => {
-  it('address handles: created until the device refuses at maxAh; coded refusal; all close', async () => {
+  // rxe's maxAh is 32,767 and each address handle cost about 25 ms in the emulated guest (26,624 in
+  // 654 s): exhausting them takes about 14 minutes there. NODE_IBVERBS_EXHAUST_AH=1 does it; by default
+  // 2048 are created and closed, and the refusal is checked where it is cheap (past maxCqe etc. below).
+  const exhaustAh = process.env.NODE_IBVERBS_EXHAUST_AH === '1'
+  it(exhaustAh ? 'address handles: created until the device refuses at maxAh; coded refusal; all close' : 'address handles: 2048 created and closed, counts back to the start', async () => {
     const { maxAh } = device.query()
     const before = countAll()
     const pd = device.allocPd()
@@ -46,20 +67,31 @@ describe('exhaustion', () => {
     const ep = ud.endpoint()
     const handles: AddressHandle[] = []
     let refusal: Record<string, unknown> | null = null
-    for (let i = 0; i <= maxAh && refusal === null; i++) {
+    const want = exhaustAh ? maxAh + 1 : Math.min(2048, maxAh)
+    const start = performance.now()
+    for (let i = 0; i < want && refusal === null; i++) {
       refusal = errorOf(() => handles.push(pd.createAddressHandle({ gid: ep.gid, lid: ep.lid })))
+      await breathe(i)
     }
-    console.log(`maxAh ${maxAh}: ${handles.length} address handles, then ${JSON.stringify(refusal)}`)
-    expect(refusal).toMatchObject({ name: 'RdmaError', code: expect.stringMatching(/^E[A-Z]+$/), syscall: 'ibv_create_ah' })
-    expect(handles.length).toBeLessThanOrEqual(maxAh)
-    expect(handles.length).toBeGreaterThan(maxAh - 64) // the kernel may hold a few itself
-    for (const ah of handles) ah.close()
+    console.log(`maxAh ${maxAh}: ${handles.length} address handles in ${Math.round(performance.now() - start)} ms, then ${JSON.stringify(refusal)}`)
+    if (exhaustAh) {
+      expect(refusal).toMatchObject({ name: 'RdmaError', code: expect.stringMatching(/^E[A-Z]+$/), syscall: 'ibv_create_ah' })
+      expect(handles.length).toBeLessThanOrEqual(maxAh)
+      expect(handles.length).toBeGreaterThan(maxAh - 64) // the kernel may hold a few itself
+    } else {
+      expect(refusal).toBeNull()
+      expect(handles.length).toBe(want)
+    }
+    for (const [i, ah] of handles.entries()) {
+      ah.close()
+      await breathe(i)
+    }
     expect(errorOf(() => pd.createAddressHandle({ gid: ep.gid, lid: ep.lid }).close())).toBeNull() // room again
     pd.close()
     cq.close()
     expect(countAll()).toEqual(before)
     await stillWorks()
-  }, 180_000)
+  }, exhaustAh ? 1_800_000 : 300_000)
 
   it('CQs under RLIMIT_NOFILE 512: refused with EMFILE (each CQ holds a completion channel fd); all close', async () => {
     const child = fileURLToPath(new URL('./fixtures/exhaust-cq-child.mjs', import.meta.url))
@@ -79,27 +111,36 @@ describe('exhaustion', () => {
 
   it('thousands of PDs, MRs, CQs and QPs (far below rxe limits): all created, all closed, counts back to the start', async () => {
     const attrs = device.query()
-    const want = { pd: 4096, mr: 4096, cq: 1024, qp: 1024 }
+    // 4096/4096/1024/1024 took 155 s to create and 118 s to close in the emulated guest (a 300 s test): a third of that.
+    const want = { pd: 1024, mr: 2048, cq: 512, qp: 512 }
     expect(want.pd).toBeLessThan(attrs.maxPd)
     expect(want.mr).toBeLessThan(attrs.maxMr)
     expect(want.cq).toBeLessThan(attrs.maxCq)
     expect(want.qp).toBeLessThan(attrs.maxQp)
     const before = countAll()
-    const pds = Array.from({ length: want.pd }, () => device.allocPd())
-    const regions = Array.from({ length: want.mr }, (_, i) => pds[i % 64].allocRegion(4096, Access.LocalWrite))
-    const cqs = Array.from({ length: want.cq }, () => device.createCq({ entries: 1 }))
-    const qps = Array.from({ length: want.qp }, (_, i) => pds[i % 64].createQp({ type: 'RC', sendCq: cqs[i], maxSendWr: 1, maxRecvWr: 1 }))
+    const start = performance.now()
+    const pds = await many(want.pd, () => device.allocPd())
+    const regions = await many(want.mr, (i) => pds[i % 64].allocRegion(4096, Access.LocalWrite))
+    const cqs = await many(want.cq, () => device.createCq({ entries: 1 }))
+    const qps = await many(want.qp, (i) => pds[i % 64].createQp({ type: 'RC', sendCq: cqs[i], maxSendWr: 1, maxRecvWr: 1 }))
+    console.log(`created ${want.pd} PDs, ${want.mr} MRs, ${want.cq} CQs, ${want.qp} QPs in ${Math.round(performance.now() - start)} ms`)
     const during = countAll()
     expect(during.pd - before.pd).toBe(want.pd)
     expect(during.mr - before.mr).toBe(want.mr)
     expect(during.cq - before.cq).toBe(want.cq)
     expect(during.qp - before.qp).toBe(want.qp)
     expect(regions.length + qps.length).toBe(want.mr + want.qp)
-    for (const pd of pds) pd.close() // closes its QPs and MRs first
-    for (const cq of cqs) cq.close()
+    for (const [i, pd] of pds.entries()) {
+      pd.close() // closes its QPs and MRs first
+      await breathe(i)
+    }
+    for (const [i, cq] of cqs.entries()) {
+      cq.close()
+      await breathe(i)
+    }
     expect(countAll()).toEqual(before)
     await stillWorks()
-  }, 300_000)
+  }, 600_000)
 
   it('sizes past the limits query() gives are refused with coded errors', async () => {
     const attrs = device.query()

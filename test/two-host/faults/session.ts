@@ -11,6 +11,11 @@ export const local = process.env.SOFTROCE_ADDR ?? ''
 export const peer = process.env.SOFTROCE_PEER_ADDR ?? ''
 const CONTROL_PORT = 7480
 const DATA_PORT = 7481
+/**
+ * The data connection's ACK timeout: ib_read_bw's and ib_write_bw's 14 (67 ms), which the campaign
+ * compares with, instead of rdma_cm's 19 (2.1 s per lost packet; docs/reliability.md).
+ */
+export const ACK_TIMEOUT = 14
 
 export interface Session {
   control: Control
@@ -55,21 +60,21 @@ export async function newDataConnection(s: Session): Promise<void> {
     const request = await s.listener!.accept()
     if (!request) throw new Error('the listener closed')
     const region = s.pd.allocRegion(passiveRegionSize(s.maxBytes), ALL)
-    s.conn = await request.accept({ privateData: encodeDescriptors([region.describe()]), timeoutMs: 60_000 })
+    s.conn = await request.accept({ privateData: encodeDescriptors([region.describe()]), timeoutMs: 60_000, ackTimeout: ACK_TIMEOUT })
     s.region?.deregister()
     s.region = region
   } else {
     await s.control.expect('listening')
-    s.conn = await connectRetrying(peer, DATA_PORT, s.pd)
+    s.conn = await connectRetrying(peer, DATA_PORT, s.pd, false, ACK_TIMEOUT)
     s.remote = remoteRegion(decodeDescriptors(s.conn.privateData)[0])
   }
 }
 
 /** connect(), retried while nobody listens yet (a peer still starting). */
-export async function connectRetrying(host: string, port: number, pd: ProtectionDomain, receiveJson = false): Promise<Connection> {
+export async function connectRetrying(host: string, port: number, pd: ProtectionDomain, receiveJson = false, ackTimeout?: number): Promise<Connection> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await connect({ host, port, pd, timeoutMs: 30_000, receiveJson })
+      return await connect({ host, port, pd, timeoutMs: 30_000, receiveJson, ...(ackTimeout === undefined ? {} : { ackTimeout }) })
     } catch (error) {
       if ((error as { code?: string }).code !== 'ECONNREFUSED' || attempt >= 120) throw error
       await new Promise((resolve) => setTimeout(resolve, 500))

@@ -6,9 +6,15 @@ import { readdirSync } from 'node:fs'
 
 export const NETDEV = process.env.SOFTROCE_NETDEV || 'eth0'
 
-/** Puts `netem` with these arguments (e.g. ['loss', '5%']) on this guest's egress; the module loads on first use. */
+/**
+ * Puts `netem` with these arguments (e.g. ['loss', '5%']) on this guest's egress; the module loads on first use.
+ * netem's own queue holds 1000 packets unless told otherwise: a READ response of a few MiB overflows it
+ * in one burst, rxe then fails to send and trips a 6.1 requester bug (docs/reliability.md, "RC READ
+ * under loss"). The faults here are the wire's, so the queue is made large enough not to drop.
+ */
 export function netem(args: string[]): void {
-  execFileSync('tc', ['qdisc', 'replace', 'dev', NETDEV, 'root', 'netem', ...args], { stdio: 'pipe', timeout: 30_000 })
+  const limit = args.includes('limit') ? [] : ['limit', '100000']
+  execFileSync('tc', ['qdisc', 'replace', 'dev', NETDEV, 'root', 'netem', ...args, ...limit], { stdio: 'pipe', timeout: 30_000 })
 }
 
 /** Removes any qdisc netem() put there (no error if there was none). */
