@@ -124,7 +124,7 @@ void CallJs(napi_env raw_env, napi_value /*callback*/, void* context, void* payl
   auto* data = static_cast<AddonData*>(context);
   Napi::Env env(raw_env);
   GuardFromLoop(env, [&] {
-    if (data->tearing_down) return;
+    if (data->tearing_down || !CanRunJs(env)) return;
     napi_async_context async = AsyncContextOf(env, LoopCallback::AsyncEvents);
     if (event->type < 0) {
       int err = static_cast<int>(event->detail);

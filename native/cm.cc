@@ -366,6 +366,7 @@ void CmEventChannelWrap::OnReadable(Napi::Env env, CmChannelResource* res, int s
     if (err) {
       res->watcher.Stop();
       GuardFromLoop(env, [&] {
+        if (!CanRunJs(env)) return;
         Napi::Object o = Napi::Object::New(env);
         o.Set("type", "CHANNEL_ERROR");
         o.Set("status", -err);
@@ -388,6 +389,7 @@ void CmEventChannelWrap::OnReadable(Napi::Env env, CmChannelResource* res, int s
       id->AdoptParent(keep);
     }
     GuardFromLoop(env, [&] {
+      if (!CanRunJs(env)) return;  // a terminating Worker: the new id (if any) is destroyed with `id`
       Napi::Object o = Napi::Object::New(env);
       o.Set("type", rdma_event_str(copy.type));
       o.Set("status", copy.status);

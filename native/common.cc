@@ -145,7 +145,29 @@ void GuardFromLoop(Napi::Env env, const std::function<void()>& body) {
 bool CallFromLoop(Napi::Env env, napi_async_context context, Napi::FunctionReference& callback,
                   const std::initializer_list<napi_value>& args) {
   if (callback.IsEmpty() || callback.Value().IsEmpty()) return false;  // weak and collected
-  callback.MakeCallback(env.Global(), args, context);
-  return true;
+  // The C call, not Napi's MakeCallback: once the environment has stopped
+  // running JS (a Worker being terminated while its loop still dispatches),
+  // the call fails with no exception pending, and node-addon-api would build
+  // an Error from that status, which fails there too and aborts the whole
+  // process ("FATAL ERROR: Error::Error napi_define_properties").
+  napi_value result = nullptr;
+  napi_status status = napi_make_callback(env, context, env.Global(), callback.Value(), args.size(), args.begin(), &result);
+  if (status == napi_ok) return true;
+  bool pending = false;
+  napi_value error = nullptr;
+  if (napi_is_exception_pending(env, &pending) == napi_ok && pending &&
+      napi_get_and_clear_last_exception(env, &error) == napi_ok) {
+    throw Napi::Error(env, error);  // the callback threw: GuardFromLoop reports it
+  }
+  return false;  // nothing can run here any more
+}
+
+bool CanRunJs(napi_env env) {
+  // Setting a property runs through the same check as a call into JS: it
+  // fails, with no exception pending, once the environment stops running JS.
+  napi_value probe = nullptr;
+  napi_value value = nullptr;
+  if (napi_create_object(env, &probe) != napi_ok || napi_get_boolean(env, true, &value) != napi_ok) return false;
+  return napi_set_named_property(env, probe, "probe", value) == napi_ok;
 }
 }  // namespace ibv

@@ -161,6 +161,14 @@ void GuardFromLoop(Napi::Env env, const std::function<void()>& body);
 bool CallFromLoop(Napi::Env env, napi_async_context context, Napi::FunctionReference& callback,
                   const std::initializer_list<napi_value>& args);
 
+// Whether this environment still runs JS. False while a Worker is being
+// terminated: its loop may still dispatch a callback, and node-addon-api
+// aborts the process when a call that needs JS fails there. Loop callbacks
+// that build objects (setters, constructors) check it first; it costs an
+// object and a property set, so the completion path (which only passes
+// numbers to CallFromLoop) does not.
+bool CanRunJs(napi_env env);
+
 // Async contexts of the addon's loop callbacks, one per kind; created at
 // load, destroyed by the environment cleanup hook.
 enum class LoopCallback { Completions, AsyncEvents, CmEvents, Count };
