@@ -34,6 +34,12 @@ export interface TransferAgentOptions {
   queueDepth?: number
   /** Work requests per postBatch (one doorbell, one signaled completion; default 16). */
   batchWrs?: number
+  /**
+   * ACK timeout of the data QPs, as the verbs exponent: the requester
+   * retransmits after 4.096 µs × 2^ackTimeout without an ACK (0..31, default
+   * 14 = 67 ms). See docs/transfer.md ("Retransmission") before lowering it.
+   */
+  ackTimeout?: number
   /** Bound on the handshake with a peer (default 10000 ms). */
   handshakeTimeoutMs?: number
   /** Bound on a transfer that gives no timeoutMs (default 120000 ms): none waits forever. */
@@ -83,7 +89,7 @@ export class TransferPlan {
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
 }
 
-const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
+const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 function deviceFor(host: string, name: string | undefined): Device {
@@ -145,6 +151,7 @@ export class TransferAgent extends EventEmitter {
       pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
       queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
       batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
+      ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),
       table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
     }
   }

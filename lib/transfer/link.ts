@@ -19,6 +19,8 @@ export interface LinkSettings {
   qps: number
   queueDepth: number
   batchWrs: number
+  /** The data QPs' ACK timeout exponent (4.096 µs × 2^n), on both ends of each QP. */
+  ackTimeout: number
   /** A snapshot of the local table, taken when it is sent. */
   table: () => { entries: SegmentEntry[]; version: number }
 }
@@ -205,7 +207,7 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
     const welcome = await inbox.expect<HelloMessage>('welcome', left())
     checkHello(welcome, settings.qps)
-    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!)
+    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!, { timeout: settings.ackTimeout })
     return welcome
   })
 }
@@ -224,7 +226,7 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
     const hello = await inbox.expect<HelloMessage>('hello', left())
     checkHello(hello, undefined)
     const data = open(hello.qps.length)
-    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!)
+    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
     await conn.sendJson({ t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
     return hello
   })

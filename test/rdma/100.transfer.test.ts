@@ -381,4 +381,20 @@ describe('rights, withdrawal and bounded failure', () => {
       agent.close()
     }
   })
+  it('ackTimeout sets the ACK timeout of the data QPs the agent makes (default 14); values that are not an exponent 0..31 are refused with a code', async () => {
+    type Qps = { link: { qps: Array<{ query(): Record<string, unknown> }> } }
+    const agent = await TransferAgent.create({ host, port: 0, name: 'ack-timeout', qpsPerPeer: 2, ackTimeout: 18 })
+    try {
+      const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+      const qps = (peer as unknown as Qps).link.qps
+      expect(qps.map((qp) => qp.query().timeout)).toEqual([18, 18])
+      // An agent without the option keeps the verbs default of connect().
+      expect((clients[1]!.peer as unknown as Qps).link.qps.map((qp) => qp.query().timeout)).toEqual([14, 14])
+    } finally {
+      agent.close()
+    }
+    for (const [value, code] of [[32, 'ERR_OUT_OF_RANGE'], [-1, 'ERR_OUT_OF_RANGE'], [1.5, 'ERR_OUT_OF_RANGE'], ['18', 'ERR_INVALID_ARG_TYPE']] as const) {
+      await expect(TransferAgent.create({ host, port: 0, ackTimeout: value as number }), String(value)).rejects.toMatchObject({ code })
+    }
+  })
 })

@@ -12,6 +12,14 @@ const peerAddr = process.env.SOFTROCE_PEER_ADDR
 const PORT = 7482
 const SIZE = 256 << 20
 const SEED = 20
+/**
+ * The data QPs' ACK timeout: 2^18 x 4.096 us = 1.07 s. With the default 14
+ * (67 ms) the emulated guests answer late, the writer's rxe retransmits
+ * spuriously, and rxe 6.1's retransmission can shift the PSNs of a write by
+ * one (a zero-length WRITE ONLY): the far side then NAKs "invalid request"
+ * (REM_INV_REQ_ERR). See docs/transfer.md, "Retransmission on Soft-RoCE".
+ */
+const ACK_TIMEOUT = 18
 
 /** Deterministic blocks over SIZE bytes: sizes 4 KiB..1 MiB (multiples of 4 KiB), destinations a shuffle of the same pieces. */
 function layout(seed: number): Array<{ src: number; dst: number; length: number }> {
@@ -53,7 +61,7 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
     expect(role === '0' || role === '1', 'SOFTROCE_HOST_INDEX').toBe(true)
     const blocks = layout(SEED)
     if (role === '0') {
-      const agent = await TransferAgent.create({ host: local!, port: PORT, name: 'decode' })
+      const agent = await TransferAgent.create({ host: local!, port: PORT, name: 'decode', ackTimeout: ACK_TIMEOUT })
       try {
         const kv = agent.register('kv', { size: SIZE, remote: 'read-write' })
         const notification = await within(new Promise<Notification>((resolve) => agent.once('notification', resolve)), 330_000, 'the writer\'s notification')
@@ -71,7 +79,7 @@ describe(`transfer engine across two hosts (this is host ${role})`, () => {
         agent.close()
       }
     } else {
-      const agent = await TransferAgent.create({ host: local!, port: 0, name: 'prefill', qpsPerPeer: 4 })
+      const agent = await TransferAgent.create({ host: local!, port: 0, name: 'prefill', qpsPerPeer: 4, ackTimeout: ACK_TIMEOUT })
       try {
         const src = agent.register('src', { size: SIZE })
         blocks.forEach((b, i) => src.bytes.set(blockBytes(i, b.length), b.src))
