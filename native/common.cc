@@ -155,19 +155,25 @@ bool CallFromLoop(Napi::Env env, napi_async_context context, Napi::FunctionRefer
   if (status == napi_ok) return true;
   bool pending = false;
   napi_value error = nullptr;
+  napi_valuetype type = napi_undefined;
   if (napi_is_exception_pending(env, &pending) == napi_ok && pending &&
-      napi_get_and_clear_last_exception(env, &error) == napi_ok) {
+      napi_get_and_clear_last_exception(env, &error) == napi_ok && napi_typeof(env, error, &type) == napi_ok &&
+      (type == napi_object || type == napi_function)) {
     throw Napi::Error(env, error);  // the callback threw: GuardFromLoop reports it
   }
+  // No exception, or one that is not an object: V8's termination of a Worker
+  // (our callbacks never throw primitives). Napi::Error would wrap it in a new
+  // object with napi_define_properties, which fails there and aborts.
   return false;  // nothing can run here any more
 }
 
 bool CanRunJs(napi_env env) {
-  // Setting a property runs through the same check as a call into JS: it
-  // fails, with no exception pending, once the environment stops running JS.
+  // The very call that node-addon-api's error path makes and that fails once
+  // the environment is terminating (napi_define_properties).
   napi_value probe = nullptr;
   napi_value value = nullptr;
   if (napi_create_object(env, &probe) != napi_ok || napi_get_boolean(env, true, &value) != napi_ok) return false;
-  return napi_set_named_property(env, probe, "probe", value) == napi_ok;
+  napi_property_descriptor property = {"probe", nullptr, nullptr, nullptr, nullptr, value, napi_default, nullptr};
+  return napi_define_properties(env, probe, 1, &property) == napi_ok;
 }
 }  // namespace ibv
