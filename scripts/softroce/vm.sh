@@ -187,7 +187,11 @@ sr_vm_run() { # -- CMD...
         elif [[ -z ${t_rxe[i]:-} ]]; then
           sr_vm_fail "$SR_E_RXE" "$i" "guest stopped while setting up rxe" with-console
         else
-          sr_vm_fail "$SR_E_BOOT" "$i" "QEMU died while CMD was running" with-console
+          # How QEMU ended tells a guest reset (exit 0 under -no-reboot: a panic,
+          # a triple fault) from QEMU itself crashing (killed by a signal: >128).
+          local qrc=0; wait "${qpid[i]}" 2>/dev/null || qrc=$?
+          local qlog; qlog=$(tail -n 5 "$SR_RUN/qemu$i.log" | tr '\n' ' ')
+          sr_vm_fail "$SR_E_BOOT" "$i" "QEMU died while CMD was running (QEMU exit status $qrc${qlog:+; QEMU: $qlog}; guest uptime $(tail -n 1 "$x/timing" 2>/dev/null | cut -d' ' -f1) s at its last mark)" with-console
         fi
       fi
       if [[ -z ${t_ready[i]:-} ]]; then

@@ -47,6 +47,16 @@ export function counts(pid = process.pid): Counts {
   return { ...out, fds }
 }
 
+/**
+ * The counts in `now`, with fds clamped to the baseline when they did not grow:
+ * kernel RDMA objects must come back exactly, while a process's fd count also
+ * moves with Node's own handles (fewer fds than at the baseline is not a leak).
+ * Compare the result with `baseline` to see every object that leaked.
+ */
+export function leakView(now: Counts, baseline: Counts): Counts {
+  return { ...now, fds: now.fds <= baseline.fds ? baseline.fds : now.fds }
+}
+
 export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex')
 }
