@@ -8,6 +8,7 @@ import { ProtectionDomain } from './protection-domain.js'
 import { CompletionQueue, type CompletionQueueOptions } from './completion-queue.js'
 import type { QueuePair } from './queue-pair.js'
 import type { SharedReceiveQueue } from './shared-receive-queue.js'
+import type { MemoryWindow } from './memory-window.js'
 
 /** A device as listDevices() reports it. */
 export interface DeviceInfo { name: string; guid: string; nodeType: string; transport: string }
@@ -139,6 +140,7 @@ export class Device extends Resource {
   readonly #qps = new Map<number, WeakRef<QueuePair>>()
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
   readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
+  readonly #windows = new Set<WeakRef<MemoryWindow>>()
   #attributes: DeviceAttributes | undefined
 
   /** Not constructible: made by openDevice(). */
@@ -224,6 +226,18 @@ export class Device extends Resource {
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
   /** @internal */ trackCq(cq: CompletionQueue): void { this.#cqs.set(cq.kernelHandle, new WeakRef(cq)) }
   /** @internal */ untrackCq(cq: CompletionQueue): void { this.#cqs.delete(cq.kernelHandle) }
+  /** @internal */ trackWindow(ref: WeakRef<MemoryWindow>): void { this.#windows.add(ref) }
+  /** @internal */ untrackWindow(ref: WeakRef<MemoryWindow>): void { this.#windows.delete(ref) }
+
+  /** @internal The open memory window of this device whose current rkey is `rkey`, if any (not a hot path). */
+  windowWithRkey(rkey: number): MemoryWindow | undefined {
+    for (const ref of this.#windows) {
+      const window = ref.deref()
+      if (window === undefined) this.#windows.delete(ref)
+      else if (!window.closed && window.rkey === rkey) return window
+    }
+    return undefined
+  }
 
   /**
    * @internal The device can deliver nothing more (DEVICE_FATAL, or its async

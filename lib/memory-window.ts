@@ -14,6 +14,14 @@ export class MemoryWindow extends Resource {
   boundRkey = 0
   /** @internal A bind of this window is in flight (the next needs its outcome). */
   binding = false
+  /**
+   * @internal Type 2: a bind completed and no invalidation (local, posted; or
+   * remote, received) has revoked it since. Invalidating a type 2 window that
+   * is not bound is an error, and Linux 6.1's Soft-RoCE dereferences NULL in
+   * the kernel for it (rxe_do_invalidate_mw): the library refuses it first.
+   */
+  bound = false
+  readonly #ref = new WeakRef<MemoryWindow>(this)
 
   /** Not constructible: made by pd.allocMemoryWindow(). */
   constructor(...notConstructible: never)
@@ -25,10 +33,15 @@ export class MemoryWindow extends Resource {
     this.type = type
     this.handle = call(() => new native.MemoryWindow(pd.handle, type))
     this.adoptedBy(pd)
+    pd.device.trackWindow(this.#ref)
   }
 
   /** The rkey that the latest successful bind granted. */
   get rkey(): number { return this.boundRkey || this.handle.rkey }
+
+  protected override afterClose(): void {
+    this.pd.device.untrackWindow(this.#ref)
+  }
 
   protected closeHandle(): void {
     call(() => this.handle.close())

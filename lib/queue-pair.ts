@@ -13,6 +13,7 @@ import { abortError, SlotWait, WorkQueueSlots } from './work-queue.js'
 import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
 import { CompletionQueue } from './completion-queue.js'
 import type { ProtectionDomain } from './protection-domain.js'
+import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
@@ -144,7 +145,12 @@ export interface OpOptions extends WaitOptions {
 export interface SendOptions extends OpOptions {
   /** 32-bit immediate data delivered with the message (SEND_WITH_IMM). */
   immediate?: number
-  /** Rkey the receiver's device invalidates (SEND_WITH_INV). */
+  /**
+   * Rkey the receiver's device invalidates (SEND_WITH_INV): a type 2 window
+   * the receiver has bound. The receiver's device cannot be checked from
+   * here; Soft-RoCE on Linux 6.1 dereferences NULL in the receiver's kernel
+   * for a window that is not bound (docs/api.md, `.invalidate()`).
+   */
   invalidateRkey?: number
   /** UD destination. */
   dest?: { ah: AddressHandle; qpn: number; qkey: number }
@@ -188,7 +194,8 @@ export interface BatchOptions extends WaitOptions {
   completions?: 'last' | 'each'
 }
 
-export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
+/** A receive completion as users see it; a SEND_WITH_INV it reports revoked the named window of `device`. */
+export function receiveCompletion(entry: CompletionEntry, device: Device): ReceiveCompletion {
   const result: ReceiveCompletion = {
     byteLength: entry.byteLength,
     opcode: wcOpcodeNames[entry.opcode] ?? String(entry.opcode),
@@ -200,7 +207,11 @@ export function receiveCompletion(entry: CompletionEntry): ReceiveCompletion {
     wrId: entry.wrId,
   }
   if (entry.wcFlags & WcFlags.WithImm) result.immediate = entry.immOrRkey
-  if (entry.wcFlags & WcFlags.WithInv) result.invalidatedRkey = entry.immOrRkey
+  if (entry.wcFlags & WcFlags.WithInv) {
+    result.invalidatedRkey = entry.immOrRkey
+    const window = device.windowWithRkey(entry.immOrRkey)
+    if (window !== undefined) window.bound = false // the sender invalidated it here
+  }
   return result
 }
 
@@ -274,6 +285,7 @@ export class QueuePair extends Resource {
   #spareBatch = new SendBatch()
   #flushScheduled = false
   #turnOpen = false
+  readonly #receiveCompletion = (entry: CompletionEntry): ReceiveCompletion => receiveCompletion(entry, this.pd.device)
   readonly #closeTurn = (): void => { this.#turnOpen = false }
   readonly #recvSlots: WorkQueueSlots
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */
@@ -455,7 +467,7 @@ export class QueuePair extends Resource {
         const wait = waitOptions(options)
         if (this.srq) throw new RdmaError('This QP receives through its SRQ: use srq.recv()', { code: 'ERR_QP_SRQ' })
         const { sges, regions } = localSges(local, 'local', this.caps.maxRecvSge, this.pd)
-        this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, receiveCompletion, (first, enc) => enc.addRecv(first, sges))
+        this.#submit('recv', 'recv', 1, regions, wait, resolve, reject, this.#receiveCompletion, (first, enc) => enc.addRecv(first, sges))
       } catch (error) {
         reject(error)
       }
@@ -648,11 +660,30 @@ export class QueuePair extends Resource {
         window.binding = false
         if (!window.closed) window.handle.setRkey(rkey)
         window.boundRkey = rkey
+        window.bound = true
         return { version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }
       },
       (first) => {
         rkey = this.handle.bindMemoryWindow(window.handle, slice.region.handle, slice.address, slice.length, access, first >>> 0, Math.floor(first / 4294967296), SendFlags.Signaled)
       }, true)
+  }
+
+  /**
+   * The type 2 window of this device that `rkey` names, marked unbound from
+   * this post on (a second invalidation is refused); refused if it is not
+   * bound now. Soft-RoCE on Linux 6.1 dereferences NULL in the kernel for a
+   * LOCAL_INV of an unbound type 2 window, and the spec makes it an error.
+   */
+  #windowToInvalidate(rkey: number): MemoryWindow | undefined {
+    const window = this.pd.device.windowWithRkey(rkey)
+    if (window === undefined || window.type !== 2 || window.binding) return undefined
+    if (!window.bound) {
+      throw new RdmaError(`Cannot invalidate rkey ${rkey}: its memory window is not bound (never bound, or already invalidated)`, {
+        code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate', qpn: this.qpn,
+      })
+    }
+    window.bound = false
+    return window
   }
 
   /** LOCAL_INV: invalidates a type 2 memory window's rkey on this device. */
@@ -661,7 +692,12 @@ export class QueuePair extends Resource {
       try {
         integer(rkey, 'rkey', 0, 0xffffffff)
         if (this.type === 'UD') throw new RdmaError('invalidate needs a connected QP (RC or UC)', { code: 'ERR_QP_TYPE' })
-        this.#submit('send', 'invalidate', 1, [], waitOptions(options), () => resolve(), reject, () => undefined, (first, enc) => {
+        const wait = waitOptions(options)
+        const window = this.#windowToInvalidate(rkey)
+        this.#submit('send', 'invalidate', 1, [], wait, () => resolve(), (error) => {
+          if (window !== undefined && !window.closed) window.bound = true // refused: the window keeps its bind
+          reject(error)
+        }, () => undefined, (first, enc) => {
           enc.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })
         })
       } catch (error) {

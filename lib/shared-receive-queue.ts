@@ -94,7 +94,7 @@ export class SharedReceiveQueue extends Resource {
         const wait = waitOptions(options)
         const { sges, regions } = localSges(local, 'local', this.maxSge, this.pd)
         const first = allocateWrIds(1)
-        const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry)), reject)
+        const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry, this.pd.device)), reject)
         encoder.reset()
         encoder.addRecv(first, sges)
         pending.track(wait)

@@ -87,6 +87,26 @@ describe('type 2 memory windows', () => {
     expect(b.region.bytes[4096 + 64]).toBe(0)
   })
 
+  // Linux 6.1's Soft-RoCE dereferences NULL in the kernel for a LOCAL_INV of
+  // an unbound type 2 window (rxe_do_invalidate_mw): before this refusal the
+  // fuzz test reset the guest (scripts/diag/invalidate-free-window.mjs).
+  it('invalidating a window that is not bound (never bound, or already invalidated) is refused with ERR_WINDOW_NOT_BOUND; the QP lives on', async () => {
+    const { a, b } = await pair(ALL_ACCESS | Access.MwBind)
+    const window = b.pd.allocMemoryWindow(2)
+    cleanups.unshift(() => window.close())
+    const bounded = { timeoutMs: 60_000 }
+    await expect(b.qp.invalidate(window.rkey, bounded)).rejects.toMatchObject({ name: 'RdmaError', code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate' })
+    const grant = await b.qp.bindWindow(window, b.region.slice(4096, 4096), Access.RemoteWrite, bounded)
+    await b.qp.invalidate(grant.rkey, bounded)
+    await expect(b.qp.invalidate(grant.rkey, bounded)).rejects.toMatchObject({ code: 'ERR_WINDOW_NOT_BOUND' })
+    // Nothing reached the device: the QP still works, and the window binds again.
+    expect(b.qp.state).toBe('RTS')
+    const last = await b.qp.bindWindow(window, b.region.slice(8192, 4096), Access.RemoteWrite, bounded)
+    a.region.bytes.set(pattern(64, 3), 0)
+    await a.qp.write(a.region.slice(0, 64), new RemoteRegion(BigInt(last.addr), last.rkey, last.length).slice(0, 64), bounded)
+    expect(Buffer.compare(b.region.bytes.subarray(8192, 8256), pattern(64, 3))).toBe(0)
+  })
+
   it('a failed bind reports no rkey: the window keeps the one it had', async () => {
     const { b } = await pair() // the region lacks Access.MwBind: the device refuses the bind
     const window = b.pd.allocMemoryWindow(2)

@@ -295,7 +295,11 @@ const OPS: Record<string, Op> = {
     if (qp?.type === 'UD' && typeof o === 'object' && o !== null) {
       (o as Record<string, unknown>).dest = arg({ ...a, bad: a.bad - 5 }, { ah: pick(w.ahs, a.j), qpn: pick(w.qps, a.k)?.qpn ?? a.k, qkey: 0x11111111 })
     } else if (a.o & 0x2000 && typeof o === 'object' && o !== null) {
-      (o as Record<string, unknown>).invalidateRkey = invoke(w, 'MemoryWindow.rkey', () => pick(w.mws, a.m)?.rkey) ?? a.m
+      // Never a window's rkey: every QP here is on one device, and Linux 6.1's
+      // rxe dereferences NULL in the kernel for a SEND_WITH_INV of a window
+      // that is not bound (it resets the guest; docs/api.md, .invalidate()),
+      // which the sender cannot check. A small number names no window.
+      ;(o as Record<string, unknown>).invalidateRkey = a.m
     }
     invoke(w, 'QueuePair.send', () => qp?.send(localArg(w, a) as never, o as never))
   },
