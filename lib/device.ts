@@ -141,6 +141,13 @@ export class Device extends Resource {
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
   readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
   readonly #windows = new Set<WeakRef<MemoryWindow>>()
+  /**
+   * Queue pairs a peer can reach (RTR and later), held strongly: one-sided
+   * WRITEs, READs and atomics use a QP with no request of ours in flight, so
+   * the GC must not take it (the peer's requests would hang). Closing it or
+   * its error state lets it go; so does dropping the device itself.
+   */
+  readonly #reachableQps = new Set<QueuePair>()
   #attributes: DeviceAttributes | undefined
 
   /** Not constructible: made by openDevice(). */
@@ -221,7 +228,12 @@ export class Device extends Resource {
   }
 
   /** @internal */ trackQp(qp: QueuePair): void { this.#qps.set(qp.qpn, new WeakRef(qp)) }
-  /** @internal */ untrackQp(qp: QueuePair): void { this.#qps.delete(qp.qpn) }
+  /** @internal */ untrackQp(qp: QueuePair): void { this.#qps.delete(qp.qpn); this.#reachableQps.delete(qp) }
+  /** @internal Whether a peer can reach `qp` (see #reachableQps). */
+  setQpReachable(qp: QueuePair, reachable: boolean): void {
+    if (reachable) this.#reachableQps.add(qp)
+    else this.#reachableQps.delete(qp)
+  }
   /** @internal */ trackSrq(srq: SharedReceiveQueue): void { this.#srqs.set(srq.kernelHandle, new WeakRef(srq)) }
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
   /** @internal */ trackCq(cq: CompletionQueue): void { this.#cqs.set(cq.kernelHandle, new WeakRef(cq)) }

@@ -59,6 +59,9 @@ class QueueLedger implements PendingCounter {
 
 interface QpLedger { send: QueueLedger; recv: QueueLedger; srq: SharedReceiveQueue | undefined }
 
+/** States in which a peer can use the QP without a request of ours (remote WRITE, READ, atomics). */
+const PEER_REACHABLE: ReadonlySet<QpStateName> = new Set<QpStateName>(['RTR', 'RTS', 'SQD', 'SQE'])
+
 /** A QP garbage-collected without close() gives back what it held on its CQs and SRQ. */
 const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, srq }) => {
   send.giveAll()
@@ -426,14 +429,19 @@ export class QueuePair extends Resource {
 
   #modify(state: QpStateName, attributes: Record<string, unknown>): void {
     call(() => this.handle.modify({ ...attributes, qpState: QpState[state] }))
-    this.#state = state
+    this.#setState(state)
     if (state === 'ERR') this.failed(new RdmaError(`QP ${this.qpn} was moved to the error state`, { code: 'ERR_QP_STATE', qpn: this.qpn }))
     if (state === 'RESET') this.#error = undefined
   }
 
   /** @internal rdma_cm moved the QP to this state. */
   markState(state: QpStateName): void {
+    this.#setState(state)
+  }
+
+  #setState(state: QpStateName): void {
     this.#state = state
+    this.pd.device.setQpReachable(this, this.#open && PEER_REACHABLE.has(state))
   }
 
   /** Current attributes, from the device. */
@@ -1169,7 +1177,7 @@ export class QueuePair extends Resource {
   failed(error: RdmaError): void {
     if (this.#error) return
     this.#error = error
-    this.#state = 'ERR'
+    this.#setState('ERR')
     this.#failWaiting(this.#stateError('post'))
   }
 

@@ -5,7 +5,7 @@
 // holds nothing but its promise. Needs --expose-gc (vitest.rdma.config.ts).
 import { describe, expect, it } from 'vitest'
 import { Access, connect, listen, type Connection, type Device } from '../../dist/index.js'
-import { pattern, testDevice, within } from './helpers.js'
+import { ALL_ACCESS, pattern, testDevice, within } from './helpers.js'
 import { countAll, countResources } from './resources.js'
 
 const gc = (globalThis as { gc?: () => void }).gc
@@ -126,6 +126,36 @@ describe('garbage collection frees native handles', () => {
       device.close()
     }
   }, 60_000)
+
+  it('a connected QP that nothing references keeps serving a peer\'s one-sided WRITEs (it was collected, and the WRITEs hung), and is collected once in error', async () => {
+    expect(gc, 'run with --expose-gc').toBeTypeOf('function')
+    const device = testDevice()
+    try {
+      const pd = device.allocPd()
+      const cq = device.createCq()
+      const writer = pd.createQp({ type: 'RC', sendCq: cq })
+      const source = pd.allocRegion(4096, ALL_ACCESS)
+      const target = pd.allocRegion(4096, ALL_ACCESS)
+      // The responder: a WRITE needs no request of its own, so nothing but
+      // the WeakRef names it once this returns.
+      const { endpoint, ref } = await (async () => {
+        const qp = pd.createQp({ type: 'RC', sendCq: device.createCq() })
+        await qp.connect(writer.endpoint())
+        return { endpoint: qp.endpoint(), ref: new WeakRef(qp) }
+      })()
+      await writer.connect(endpoint)
+      await gcRounds(20)
+      expect(ref.deref(), 'the connected responder').toBeDefined()
+      source.bytes.set(pattern(4096, 5))
+      await within(writer.write(source.slice(0, 4096), target.asRemote().slice(0, 4096), { timeoutMs: 10_000 }), 15_000, 'the WRITE')
+      expect(Buffer.compare(target.bytes, pattern(4096, 5))).toBe(0)
+      // In the error state no peer can use it: it is collectable again.
+      ref.deref()!.modify('ERR')
+      expect(await collect([ref], () => true)).toBe(true)
+    } finally {
+      device.close()
+    }
+  }, 120_000)
 
   it('an accepted connection that only a loop awaiting receiveJson() references keeps serving (it was collected and its peer saw a disconnect)', async () => {
     expect(gc, 'run with --expose-gc').toBeTypeOf('function')
