@@ -1,11 +1,12 @@
 // rdma/35's small-shared-CQ case, then again with the responder QPs closed
-// before the writes: on rxe 6.1 the WRITEs to the destroyed QPs never
-// complete (no RETRY_EXC_ERR); only their timeoutMs ends them.
+// before the writes: with retryCount 7 (the default) rxe retries forever (it
+// reads 7 as infinite; the IB spec only does so for rnrRetry) and only the
+// requests' timeoutMs ends them; with retryCount 6 they fail RETRY_EXC_ERR.
 // node scripts/diag/write-to-closed-qp.mjs
 import { openDevice, Access } from '../../dist/index.js'
 const ALL = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-for (const closePeers of [false, true]) {
+for (const [closePeers, retryCount] of [[false, 7], [true, 7], [true, 6]]) {
   const pd = device.allocPd()
   const small = device.createCq({ entries: 16 })
   const big = device.createCq({ entries: 4096 })
@@ -15,11 +16,11 @@ for (const closePeers of [false, true]) {
   const senders = [make(small), make(small)]
   const peers = [make(big), make(big)]
   for (let i = 0; i < 2; i++) {
-    await senders[i].connect(peers[i].endpoint())
+    await senders[i].connect(peers[i].endpoint(), { retryCount })
     await peers[i].connect(senders[i].endpoint())
   }
   if (closePeers) for (const peer of peers) peer.close()
-  console.log(`closePeers=${closePeers}`)
+  console.log(`closePeers=${closePeers} retryCount=${retryCount}`)
   const size = 1024
   const writes = []
   const started = Date.now()

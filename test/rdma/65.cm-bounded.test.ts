@@ -1,8 +1,9 @@
 // rdma_cm connections whose promises end and whose resources go away: name
 // resolution within connect()'s deadline and signal, JSON messages that
 // concurrent calls cannot mix up, QP caps that cannot change the QP's type or
-// CQs, concurrent disconnects, and connections (dropped, closed or
-// disconnected) whose rdma_cm ids and QPs are freed, counted by the kernel.
+// CQs, concurrent disconnects, and connections (closed, disconnected, or
+// dropped once not established) whose rdma_cm ids and QPs are freed, counted
+// by the kernel.
 import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -187,24 +188,33 @@ describe('connection resources go away', () => {
     expect(await settleTo(before)).toEqual(before)
   }, 180_000)
 
-  it('dropped connections (never closed) are collected with their rdma_cm ids and QPs', async () => {
+  it('dropped connections stay while established (the peer may still use their QPs), and go once closed', async () => {
     const before = ownResources()
-    await (async () => {
+    const refs = await (async () => {
       const conns = await connectMany(server.port)
       expect(ownResources()).toEqual({ cmIds: before.cmIds + count, qps: before.qps + count })
-      conns.length = 0
+      return conns.map((conn) => new WeakRef(conn))
     })()
+    const established = { cmIds: before.cmIds + count, qps: before.qps + count }
+    expect(await settleTo(before)).toEqual(established) // 30 GC rounds: nothing collected
+    expect(refs.every((ref) => ref.deref() !== undefined)).toBe(true)
+    for (const ref of refs) ref.deref()!.close()
     expect(await settleTo(before)).toEqual(before)
   }, 180_000)
 
-  it('both ends dropped, accepted in this process, are collected', async () => {
+  it('both ends dropped, accepted in this process: they stay while established; once one end is closed the other is disconnected and collected', async () => {
     const before = ownResources()
-    await (async () => {
+    const { client, server: accepted } = await (async () => {
       const pair = await localPair()
       expect(ownResources()).toEqual({ cmIds: before.cmIds + 2, qps: before.qps + 2 })
-      void pair
+      return { client: new WeakRef(pair.client), server: new WeakRef(pair.server) }
     })()
+    expect(await settleTo(before)).toEqual({ cmIds: before.cmIds + 2, qps: before.qps + 2 })
+    const disconnected = new Promise((resolve) => accepted.deref()!.once('disconnected', resolve))
+    client.deref()!.close()
+    await within(disconnected, 30_000, "the accepted end's 'disconnected'")
     expect(await settleTo(before)).toEqual(before)
+    expect(accepted.deref()).toBeUndefined()
   }, 180_000)
 
   it('connections whose peer went away, then dropped, are collected', async () => {

@@ -1,5 +1,5 @@
 // Faults on a real wire between two kernels (the CI share of the campaign in
-// test/two-host/31.fault-campaign.ts): 1% and 5% packet loss under every RC
+// test/two-host/faults/campaign.ts): 1% and 5% packet loss under every RC
 // verb, a link flap in the middle of a transfer, and the peer process killed
 // with SIGKILL and restarted. Both guests run this file; host 0 is passive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
