@@ -62,7 +62,7 @@ export function table(rows) {
     }
     const failures = [...(h0?.failures ?? []), ...(h1?.failures ?? [])]
     const result = (h0?.result === 'fail' || h1?.result === 'fail') ? `fail${failures.length ? `: ${failures.join('; ')}` : ''}` : 'pass'
-    lines.push(`| ${fault} | ${check} | ${figure.replaceAll('|', '\\|')} | not landed (issue 9) | ${result} |`)
+    lines.push(`| ${fault} | ${check} | ${figure.replaceAll('|', '\\|')} | not in the campaign yet (its READ under loss: see below) | ${result} |`)
   }
   return lines.join('\n')
 }

@@ -146,6 +146,7 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
   const start = performance.now()
   const onEvent = (event: AsyncEvent) => events.push({ type: event.type, ms: performance.now() - start })
   s.device.on('async', onEvent)
+  if (options.chunks * MiB > s.maxBytes) throw new Error(`linkFlap: ${options.chunks} MiB of WRITEs do not fit the ${s.maxBytes} bytes after maxBytes in host 0's region`)
   const local = s.pd.allocRegion(options.chunks * MiB, Access.LocalWrite)
   try {
     const shas: string[] = []
@@ -172,6 +173,7 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
     return { events, errAt, activeAt, settled, completed: completed.length, wrong: wrong as number[], after, maxSettleMs: Math.max(...settled.map((r) => r.ms)) }
   } finally {
     s.device.off('async', onEvent)
+    old.close() // releases the writes still in flight if a step above failed (else deregister() would throw and hide why)
     local.deregister()
   }
 }
