@@ -77,9 +77,12 @@ describe('rdma_cm with a server in another process', () => {
     console.log(`peer killed: ${firstFailure} writes succeeded, then ${failures.length} failed: ${[...new Set(codes)].join(', ')}`)
     for (const failure of failures) expect(failure).toBeInstanceOf(RdmaError)
     for (const failure of failures) expect(failure).toMatchObject({ verb: 'write', qpn: conn.qp.qpn })
-    // The first: flushed by the disconnect rdma_cm reports, or out of retries if that comes first; the rest: flushed.
-    expect(['WR_FLUSH_ERR', 'RETRY_EXC_ERR'], `first failure: ${String(failures[0])}`).toContain(codes[0])
-    expect(codes.slice(1).filter((code) => code !== 'WR_FLUSH_ERR')).toEqual([])
+    // Posted ones fail first: flushed by the disconnect rdma_cm reports (or out of
+    // retries if that comes first); calls made once the disconnect was handled
+    // are refused (ERR_QP_STATE, cause ECONNRESET). The disconnect can land
+    // between two batches (seen under ASan): then every failure is a refusal.
+    expect(codes.join(' '), `failures: ${failures.map(String).join('; ')}`).toMatch(/^((RETRY_EXC_ERR|WR_FLUSH_ERR)( WR_FLUSH_ERR)*)?( ?ERR_QP_STATE)*$/)
+    for (const failure of failures) if ((failure as RdmaError).code === 'ERR_QP_STATE') expect(String(failure)).toMatch(/ECONNRESET/)
     await disconnected
     await expect(conn.qp.write(local.slice(0, 8), remote.slice(0, 8))).rejects.toMatchObject({ code: 'ERR_QP_STATE' })
     conn.close()

@@ -38,6 +38,8 @@ let failed = 0
 
 /** Runs one fault; `checks` lists what did not hold (empty: pass). */
 async function step(fault: string, fn: () => Promise<{ data: object; failures: string[] }>): Promise<void> {
+  // Both hosts start each step together, whatever the last one left behind.
+  await s.control.sync(fault, BOUND + 600_000)
   const start = performance.now()
   try {
     const { data, failures } = await fn()

@@ -9,6 +9,12 @@ export interface Control {
   send(message: Record<string, unknown>): void
   /** The next message, which must have `type` (bounded: rejects after `ms`). */
   expect(type: string, ms?: number): Promise<Record<string, unknown>>
+  /**
+   * A barrier: both sides call it with the same `tag`; messages left over
+   * from a step that failed on one side are dropped on the way, so one
+   * failed step does not put every later one out of step.
+   */
+  sync(tag: string, ms?: number): Promise<void>
   close(): void
 }
 
@@ -32,28 +38,44 @@ export async function openControl(role: string, local: string, peer: string, por
   const end = (error: Error) => { ended ??= error; waiters.splice(0).forEach((wake) => wake()) }
   socket.on('error', end)
   socket.on('close', () => end(new Error('control channel closed by the peer')))
+  /** The next message, waiting until `deadline` (`what` names it in the error). */
+  async function next(deadline: number, what: string, wait: number): Promise<Record<string, unknown>> {
+    for (;;) {
+      const message = queue.shift()
+      if (message) return message
+      if (ended) throw ended
+      const left = deadline - Date.now()
+      if (left <= 0) throw new Error(`control: ${what} within ${wait} ms`)
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left)
+        waiters.push(() => { clearTimeout(timer); resolve() })
+      })
+    }
+  }
   return {
     send: (message) => { socket.write(`${JSON.stringify(message)}\n`) },
     async expect(type, wait = 120_000) {
+      const message = await next(Date.now() + wait, `no '${type}' from the peer`, wait)
+      if (message.type !== type) {
+        if (message.type === SYNC) queue.unshift(message) // the peer is at a barrier: leave it for sync()
+        throw new Error(`control: expected '${type}', got ${JSON.stringify(message)}`)
+      }
+      return message
+    },
+    async sync(tag, wait = 120_000) {
+      socket.write(`${JSON.stringify({ type: SYNC, tag })}\n`)
       const deadline = Date.now() + wait
+      // Messages before the peer's barrier are left over from a step that failed on one side.
       for (;;) {
-        const message = queue.shift()
-        if (message) {
-          if (message.type !== type) throw new Error(`control: expected '${type}', got ${JSON.stringify(message)}`)
-          return message
-        }
-        if (ended) throw ended
-        const left = deadline - Date.now()
-        if (left <= 0) throw new Error(`control: no '${type}' from the peer within ${wait} ms`)
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, left)
-          waiters.push(() => { clearTimeout(timer); resolve() })
-        })
+        const message = await next(deadline, `the peer did not reach '${tag}'`, wait)
+        if (message.type === SYNC && message.tag === tag) return
       }
     },
     close: () => socket.destroy(),
   }
 }
+
+const SYNC = 'sync'
 
 function acceptOne(host: string, port: number, ms: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
