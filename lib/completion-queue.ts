@@ -208,6 +208,23 @@ export class CompletionQueue extends Resource {
   }
 
   /**
+   * @internal Before a QP of this queue is destroyed: delivers the
+   * completions already in the queue, so that work the device finished is
+   * reported as finished rather than abandoned with the QP (a message that
+   * arrived just before its connection went down is still received). Not
+   * from inside a dispatch: a nested poll would overwrite the output words
+   * the outer one is still reading.
+   */
+  drainBeforeClose(): void {
+    if (this.#dispatching || !this.#open || this.#failure !== undefined) return
+    try {
+      this.poll()
+    } catch {
+      // a queue that cannot be polled delivers nothing more; its requests are abandoned with the QP
+    }
+  }
+
+  /**
    * @internal Called right after a work request was posted to a queue that
    * completes here: harvests completions that are already there (one
    * non-blocking poll; in busy mode, a spin of up to spinMicros while this is

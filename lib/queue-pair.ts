@@ -283,6 +283,7 @@ export class QueuePair extends Resource {
   /** @internal PendingOwner: requests in flight by the wr_id of their last work request (every request in flight is here). */
   readonly pendings: PendingTable
   #orphaned = 0
+  #draining = false // close() is delivering the completions already queued
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
   #spareBatch = new SendBatch()
@@ -1198,6 +1199,27 @@ export class QueuePair extends Resource {
     this.recvCq.removeOwner(this.qpn)
     this.srq?.detach(this)
     collectedQps.unregister(this.#ledger) // close() gives everything back itself
+  }
+
+  /**
+   * Completions already in the QP's queues are delivered before it is
+   * destroyed: what the device finished settles as finished (a WRITE that
+   * landed resolves, a message that arrived is received) instead of being
+   * rejected as closed. A close() called again from a completion delivered
+   * here returns at once; this one completes it.
+   */
+  override close(): void {
+    if (this.closed || this.#draining) return
+    if (this.pendings.size > 0) {
+      this.#draining = true
+      try {
+        this.sendCq.drainBeforeClose()
+        if (this.recvCq !== this.sendCq) this.recvCq.drainBeforeClose()
+      } finally {
+        this.#draining = false
+      }
+    }
+    super.close()
   }
 
   protected closeHandle(): void {

@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process'
 import { Worker } from 'node:worker_threads'
 import { fileURLToPath } from 'node:url'
 import { Access, RdmaError } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, testDevice } from './helpers.js'
+import { ALL_ACCESS, connectedPair, pattern, testDevice, waitWithoutLoop } from './helpers.js'
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
 
@@ -99,6 +99,34 @@ describe('closing', () => {
     void a
     close()
     device.close()
+  })
+
+  it('closing a QP delivers what the device completed before it: a message that arrived is received, then the rest is rejected', async () => {
+    const device = testDevice()
+    const { a, b, close } = await connectedPair(device)
+    try {
+      const data = pattern(64, 40)
+      a.region.bytes.set(data)
+      const arrived = b.qp.recv(b.region.slice(0, 64))
+      const later = b.qp.recv(b.region.slice(64, 64))
+      const sent = a.qp.send(a.region.slice(0, 64)) // the first send of a turn is posted at once
+      // Without turning the event loop (b's CQ event cannot deliver the
+      // message), wait for the SEND's acknowledgement: the responder
+      // completes the receive before it acknowledges, so the message's
+      // completion now sits in b's CQ, as when rdma_cm reports the peer's
+      // disconnect before the CQ's event is handled.
+      waitWithoutLoop(() => { a.cq.poll(); return a.cq.pending === 0 }, 10_000)
+      expect(b.cq.pending, 'the receives are still undelivered').toBe(2)
+      b.qp.close()
+      await sent
+      const wc = await arrived
+      expect(wc.byteLength).toBe(64)
+      expect(Buffer.compare(b.region.bytes.subarray(0, 64), data)).toBe(0)
+      await expect(later).rejects.toMatchObject({ code: 'ERR_CLOSED' })
+    } finally {
+      close()
+      device.close()
+    }
   })
 })
 

@@ -2,8 +2,8 @@
 // verified both ways, rejections, refusals, timeouts, a peer killed mid-transfer,
 // and many connections to one listener.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { Access, connect, decodeDescriptors, encodeDescriptors, listen, RdmaError, remoteRegion, type Device, type ProtectionDomain } from '../../dist/index.js'
-import { testDevice } from './helpers.js'
+import { Access, connect, decodeDescriptors, encodeDescriptors, listen, RdmaError, remoteRegion, type Connection, type Device, type ProtectionDomain } from '../../dist/index.js'
+import { testDevice, waitWithoutLoop } from './helpers.js'
 import { exchange, startServer, type ServerProcess } from './cm-helpers.js'
 import { envMissing, needs } from './needs.js'
 
@@ -163,5 +163,29 @@ describe('rdma_cm failures are typed errors', () => {
     expect(region.lkey).toBeGreaterThan(0)
     await conn.disconnect()
     listener.close()
+  })
+})
+
+describe('closing a connection', () => {
+  it('a message acknowledged just before the receiver closes its connection is received, not lost', async () => {
+    const listener = await listen({ host, port: 0, pd })
+    const accepted = new Promise<Connection>((resolve, reject) => listener.once('request', (request) => request.accept({ pd, receiveJson: true }).then(resolve, reject)))
+    const sender = await connect({ host, port: listener.address!.port, pd })
+    const receiver = await accepted
+    try {
+      const received = receiver.receiveJson()
+      const sent = sender.sendJson({ last: 'done' })
+      // The SEND's acknowledgement, seen without turning the event loop: the
+      // message's completion sits in the receiver's CQ, undelivered, as when
+      // the peer's disconnect is handled before the CQ's event.
+      waitWithoutLoop(() => { sender.cq.poll(); return sender.cq.pending === 0 }, 10_000)
+      receiver.close()
+      await sent
+      expect(await received).toEqual({ last: 'done' })
+    } finally {
+      receiver.close()
+      sender.close()
+      listener.close()
+    }
   })
 })

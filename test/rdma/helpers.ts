@@ -86,3 +86,13 @@ export function within<T>(promise: Promise<T>, ms = 10_000, what = 'the promise'
   const guard = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
   return Promise.race([promise, guard]).finally(() => clearTimeout(timer))
 }
+
+/** Blocks the thread (the event loop does not turn) until `done()` or `ms` pass. */
+export function waitWithoutLoop(done: () => boolean, ms: number): void {
+  const cell = new Int32Array(new SharedArrayBuffer(4))
+  const deadline = Date.now() + ms
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`not done after ${ms} ms`)
+    Atomics.wait(cell, 0, 0, 1)
+  }
+}
