@@ -240,9 +240,10 @@ export class TransferAgent extends EventEmitter {
     }
     // A failed handshake is the peer's problem: it is reported, never thrown.
     acceptLink(this.#settings, request, this.#handshakeMs).then((link) => {
-      const peer = this.#adopt(link, undefined)
-      this.emit('peer', peer)
-    }, (error: unknown) => this.emit('handshakeError', error))
+      // Closed meanwhile (its close delivered the handshake's last message): the link goes too.
+      if (this.#closed) return link.close()
+      this.emit('peer', this.#adopt(link, undefined))
+    }, (error: unknown) => { if (!this.#closed) this.emit('handshakeError', error) })
   }
 
   #adopt(link: Link, address: { host: string; port: number } | undefined): Peer {

@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { connect, listDevices, listen, RdmaError, TransferAgent, type Connection, type Listener } from '../../dist/index.js'
-import { testDevice, within } from './helpers.js'
+import { testDevice, waitWithoutLoop, within } from './helpers.js'
 import { needs } from './needs.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
@@ -80,6 +80,42 @@ describe('transfer handshake failures', () => {
     conn.close()
     await within((async () => { while (handshakeErrors.length === before) await new Promise((r) => setTimeout(r, 10)) })(), 5000, 'the handshakeError event')
     expect(handshakeErrors[before]).toMatchObject({ code: 'ERR_TRANSFER_PROTOCOL' })
+  })
+
+  it('an agent closed just as a peer\'s handshake completes drops that connection: no unhandled error, no peer', async () => {
+    const closing = await TransferAgent.create({ host, port: 0, name: 'closing' })
+    const device = testDevice()
+    const pd = device.allocPd()
+    const cq = device.createCq()
+    const dataQp = pd.createQp({ type: 'RC', sendCq: cq })
+    const unhandled: unknown[] = []
+    const onUnhandled = (reason: unknown) => unhandled.push(reason)
+    process.on('unhandledRejection', onUnhandled)
+    const emitted: string[] = []
+    closing.on('peer', () => emitted.push('peer'))
+    closing.on('handshakeError', () => emitted.push('handshakeError'))
+    const conn = await connect({ host, port: closing.port, pd, timeoutMs: 5000, privateData: Buffer.from('NIBT1'), receiveJson: true })
+    try {
+      // The agent's side of the protocol, by hand: hello, its welcome and table, then this side's table.
+      await conn.sendJson({ t: 'hello', p: 1, agent: 'by-hand', name: 'by-hand', qps: [dataQp.endpoint()] })
+      expect(await within(conn.receiveJson(), 10_000, 'welcome')).toMatchObject({ t: 'welcome' })
+      expect(await within(conn.receiveJson(), 10_000, 'table')).toMatchObject({ t: 'add', end: true })
+      const dropped = new Promise((resolve) => conn.once('disconnected', resolve))
+      const waiting = conn.cq.pending
+      void conn.sendJson({ t: 'add', v: 0, seg: [], end: true })
+      // Acknowledged, unseen by the agent's loop: closing the agent now delivers it, and its handshake completes.
+      waitWithoutLoop(() => { conn.cq.poll(); return conn.cq.pending === waiting }, 10_000)
+      closing.close()
+      await within(dropped, 10_000, 'the closed agent to drop the connection')
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(unhandled).toEqual([])
+      expect(emitted).toEqual([])
+    } finally {
+      process.off('unhandledRejection', onUnhandled)
+      conn.close()
+      closing.close()
+      device.close()
+    }
   })
 
   needs(existsSync(rnrCounter) ? undefined : `no RNR counter at ${rnrCounter} (rxe has one)`)('a handshake sends nothing the peer has no receive posted for (no RNR NAK): no 655 ms RNR retry in the handshake', async () => {
