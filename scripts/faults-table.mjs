@@ -17,6 +17,16 @@ const CHECKS = {
   poweroff: 'host 1\'s guest powers off (sysrq o) during WRITEs/READs: every promise settles within its timeoutMs, counts and fds back to baseline',
 }
 
+/** The transfer engine's round of a netem step (test/two-host/faults/transfer-round.ts): random blocks over 2 QPs, write with a notification, read back. */
+function transferFigure(h0, h1) {
+  const t1 = h1?.transfer
+  const t0 = h0?.transfer
+  if (!t1 && !t0) return 'not run under this fault'
+  const problems = [...(t1?.problems ?? [])]
+  return `${t1?.blocks ?? t0?.blocks} blocks, ${t1?.workRequests} WRs: write + notification ${t1?.writeMBps} MiB/s, read ${t1?.readMBps} MiB/s; ` +
+    `${t1?.bytesVerified} bytes verified by host 1, ${t0?.bytesVerified} by host 0${problems.length ? `; ${problems.join('; ')}` : ''}`
+}
+
 export function table(rows) {
   const byFault = new Map()
   for (const row of rows) {
@@ -62,7 +72,7 @@ export function table(rows) {
     }
     const failures = [...(h0?.failures ?? []), ...(h1?.failures ?? [])]
     const result = (h0?.result === 'fail' || h1?.result === 'fail') ? `fail${failures.length ? `: ${failures.join('; ')}` : ''}` : 'pass'
-    lines.push(`| ${fault} | ${check} | ${figure.replaceAll('|', '\\|')} | not in the campaign yet (its READ under loss: see below) | ${result} |`)
+    lines.push(`| ${fault} | ${check} | ${figure.replaceAll('|', '\\|')} | ${transferFigure(h0, h1).replaceAll('|', '\\|')} | ${result} |`)
   }
   return lines.join('\n')
 }

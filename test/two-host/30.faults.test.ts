@@ -1,12 +1,13 @@
 // Faults on a real wire between two kernels (the CI share of the campaign in
 // test/two-host/faults/campaign.ts): 1% and 5% packet loss under every RC
-// verb, a link flap in the middle of a transfer, and the peer process killed
+// verb and under the transfer engine, a link flap in the middle of a transfer, and the peer process killed
 // with SIGKILL and restarted. Both guests run this file; host 0 is passive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { envMissing, needs } from '../rdma/needs.js'
 import { linkFlap, netemRound, peerDeath, type DeathResult } from './faults/scenarios.js'
 import { openSession, role, type Session } from './faults/session.js'
 import type { Round } from './faults/verbs-round.js'
+import { netemTransferRound, openTransfer, type TransferSession } from './faults/transfer-round.js'
 import { figure, leakView } from './faults/wire.js'
 
 const test = needs(envMissing('SOFTROCE_HOST_INDEX', 'SOFTROCE_PEER_ADDR'))
@@ -18,8 +19,16 @@ const lossy = (seed: number, loss: number): Round => ({ ...round(seed), read: lo
 
 describe(`faults across two hosts (this is host ${role})`, () => {
   let s: Session
-  beforeAll(async () => { if (role) s = await openSession(8 << 20) }, 180_000)
-  afterAll(async () => { await s?.close() })
+  let t: TransferSession
+  beforeAll(async () => {
+    if (!role) return
+    s = await openSession(8 << 20)
+    t = await openTransfer(s.control, 2 << 20)
+  }, 180_000)
+  afterAll(async () => {
+    t?.close()
+    await s?.close()
+  })
 
   for (const [loss, seed] of [[1, 10], [5, 20]] as const) {
     test(`RC delivers every byte exactly under ${loss}% loss (${loss <= 1 ? 'write, read' : 'write'}, send, atomics; checked on both sides)`, async () => {
@@ -27,6 +36,16 @@ describe(`faults across two hosts (this is host ${role})`, () => {
       figure({ fault: `loss ${loss}% (CI)`, ...result })
       expect(result.problems).toEqual([])
       expect(result.bytesVerified).toBeGreaterThan(0)
+    })
+  }
+
+  for (const [loss, seed] of [[1, 40], [5, 50]] as const) {
+    test(`the transfer engine delivers every block exactly under ${loss}% loss (random blocks over 2 QPs, ${loss <= 1 ? 'write with a notification, read' : 'write with a notification'}; checked on both sides)`, async () => {
+      const result = await netemTransferRound(t, s.control, ['loss', `${loss}%`], { bytes: 2 << 20, seed, read: loss <= 1, timeoutMs: 60_000 })
+      figure({ fault: `loss ${loss}% (CI), transfer engine`, ...result })
+      expect(result.problems).toEqual([])
+      // Host 0 checks what was written into it; host 1 that and what it read back.
+      expect(result.bytesVerified).toBe((role === '1' && loss <= 1 ? 2 : 1) * (2 << 20))
     })
   }
 

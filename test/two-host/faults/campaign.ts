@@ -2,7 +2,8 @@
 // scripts/faults.mjs bundles this file and both guests run it with plain
 // node (a vitest start-up costs minutes in a loaded guest). Quick faults
 // first: RC giving up, UD under loss, a link flap, kill -9 and restart; then
-// every netem setting under every RC verb with a 64 MiB WRITE and READ and
+// every netem setting under every RC verb with a 64 MiB WRITE and READ, the
+// transfer engine (random blocks, write with a notification, read) and
 // ib_write_bw under the same netem; last the peer guest powered off. Each
 // step prints one FAULT-FIGURE line with its checks and pass/fail.
 // @ts-expect-error plain ESM without types
@@ -11,6 +12,7 @@ import { linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResu
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
 import type { Round } from './verbs-round.js'
 import { clearNetem, figure, leakView, netem } from './wire.js'
+import { netemTransferRound, openTransfer } from './transfer-round.js'
 
 const MiB = 1 << 20
 const BIG = Number(process.env.FAULTS_BYTES || 64 * MiB)
@@ -87,6 +89,8 @@ async function perftestUnder(s: Session, args: string[], port: number): Promise<
 }
 
 const s = await openSession(BIG)
+// The transfer engine's agents (one link for the whole campaign), used by the netem rounds.
+const t = await openTransfer(s.control, BIG)
 
 if (!ONLY_NETEM) await quickFaults()
 async function quickFaults(): Promise<void> {
@@ -148,8 +152,9 @@ for (const [i, [name, args]] of ONLY_QUICK ? [] : SETTINGS.entries()) {
     await newDataConnection(s)
     old.close()
     const result = await netemRound(s, args, big(100 + i))
+    const transfer = await netemTransferRound(t, s.control, args, { bytes: BIG, seed: 200 + i, timeoutMs: BOUND })
     const perftest = await perftestUnder(s, args, 19500 + i)
-    return { data: { netem: args.join(' '), ...result, perftest }, failures: result.problems }
+    return { data: { netem: args.join(' '), ...result, transfer, perftest }, failures: [...result.problems, ...transfer.problems.map((p) => `transfer engine: ${p}`)] }
   })
 }
 
@@ -161,6 +166,7 @@ if (!ONLY_NETEM) await step('peer guest powered off mid-transfer', async () => {
   return { data: death, failures: same(leakView(death.after, death.before), death.before) ? [] : ['counts after closing differ from the baseline'] }
 })
 
+t.close()
 await s.close()
 console.log(`fault campaign, host ${role}: ${failed} step(s) failed`)
 process.exit(failed ? 1 : 0)

@@ -1,0 +1,174 @@
+// The transfer engine under a fault: host 1's agent WRITEs random blocks into
+// host 0's segment with a notification, and host 0 checks every block once the
+// notification is there; then host 1 READs random blocks of host 0's segment
+// back and checks every one. Each side knows the other's bytes (patterns from
+// the round's seed), so each checks what it received block by block.
+import { TransferAgent, type Block, type Peer, type Segment } from '../../../dist/index.js'
+import { pattern } from '../../rdma/helpers.js'
+import type { Control } from './control.js'
+import { ACK_TIMEOUT, local, peer as peerHost, role } from './session.js'
+import { clearNetem, netem } from './wire.js'
+
+const PORT = 7486
+const SEGMENT = 'faults'
+
+export interface TransferRound {
+  /** Bytes written, and read back. */
+  bytes: number
+  seed: number
+  /** Also READ (default true): READ under loss is slow on rxe, see docs/reliability.md. */
+  read?: boolean
+  /** Bound on each transfer. */
+  timeoutMs: number
+}
+
+export interface TransferRoundResult {
+  blocks: number
+  workRequests: number
+  writeMBps: number
+  readMBps: number
+  bytesVerified: number
+  problems: string[]
+}
+
+/** Both hosts' agents for the session: host 0 listens, host 1 connects (once; a broken link reconnects on its next transfer). */
+export interface TransferSession { agent: TransferAgent; segment: Segment; peer: Peer | undefined; close(): void }
+
+/** Host 0's segment: [0, bytes) READ source, [bytes, 2 bytes) WRITE target. Host 1's: WRITE source, READ target. */
+export async function openTransfer(control: Control, maxBytes: number): Promise<TransferSession> {
+  const agent = await TransferAgent.create({ host: local, port: role === '0' ? PORT : 0, name: `faults-${role}`, qpsPerPeer: 2, ackTimeout: ACK_TIMEOUT })
+  const segment = agent.register(SEGMENT, { size: 2 * maxBytes, remote: role === '0' ? 'read-write' : 'none' })
+  const session: TransferSession = { agent, segment, peer: undefined, close: () => agent.close() }
+  try {
+    if (role === '0') {
+      control.send({ type: 'agent-listening' })
+      await control.expect('agent-connected', 120_000)
+      return session
+    }
+    await control.expect('agent-listening', 120_000)
+    for (let attempt = 0; !session.peer; attempt++) {
+      try {
+        session.peer = await agent.connect({ host: peerHost, port: PORT, timeoutMs: 30_000 })
+      } catch (error) {
+        if (attempt >= 60) throw error
+        await new Promise((resolve) => setTimeout(resolve, 500))
+      }
+    }
+    control.send({ type: 'agent-connected' })
+    return session
+  } catch (error) {
+    agent.close()
+    throw error
+  }
+}
+
+/** Pieces of 4..64 KiB covering `bytes`, each with a source and a shuffled destination. */
+export function scatter(bytes: number, seed: number): Array<{ src: number; dst: number; length: number }> {
+  let x = seed >>> 0
+  const next = () => { x = (x * 1103515245 + 12345) >>> 0; return x >>> 8 }
+  const lengths: number[] = []
+  for (let total = 0; total < bytes;) {
+    const length = Math.min(bytes - total, (1 + (next() % 16)) * 4096)
+    lengths.push(length)
+    total += length
+  }
+  const order = lengths.map((_, i) => i)
+  for (let i = order.length - 1; i > 0; i--) { const j = next() % (i + 1); [order[i], order[j]] = [order[j]!, order[i]!] }
+  const dst = new Array<number>(lengths.length)
+  let at = 0
+  for (const i of order) { dst[i] = at; at += lengths[i]! }
+  let src = 0
+  return lengths.map((length, i) => { const piece = { src, dst: dst[i]!, length }; src += length; return piece })
+}
+
+/** Indexes of the pieces whose bytes at `base + dst` are not `source[src..]`. */
+function wrongPieces(bytes: Uint8Array, base: number, source: Uint8Array, pieces: ReturnType<typeof scatter>): number[] {
+  const wrong: number[] = []
+  pieces.forEach((p, i) => {
+    if (Buffer.compare(bytes.subarray(base + p.dst, base + p.dst + p.length), source.subarray(p.src, p.src + p.length)) !== 0) wrong.push(i)
+  })
+  return wrong
+}
+
+const mbps = (bytes: number, ms: number) => Math.round((bytes / 1048576 / (ms / 1000)) * 100) / 100
+
+/** One round with netem `args` on both egresses (none: a clean wire). */
+export async function netemTransferRound(t: TransferSession, control: Control, args: string[] | undefined, round: TransferRound): Promise<TransferRoundResult> {
+  if (args) netem(args)
+  try {
+    return role === '0' ? await passive(t, control, round) : await active(t, control, round)
+  } finally {
+    if (args) clearNetem()
+  }
+}
+
+async function passive(t: TransferSession, control: Control, round: TransferRound): Promise<TransferRoundResult> {
+  const { bytes, seed, timeoutMs } = round
+  const view = t.segment.bytes
+  view.set(pattern(bytes, seed), 0)
+  view.fill(0, bytes, 2 * bytes)
+  const notified = new Promise<unknown>((resolve) => {
+    const on = (n: { message: unknown }) => { if (n.message === `round ${seed}`) { t.agent.off('notification', on); resolve(n.message) } }
+    t.agent.on('notification', on)
+  })
+  control.send({ type: 'transfer-ready' })
+  const written = await control.expect('transfer-written', timeoutMs + 60_000)
+  const problems: string[] = []
+  const pieces = scatter(bytes, seed + 1)
+  let bytesVerified = 0
+  if (written.ok) {
+    // The notification comes after the data; the write resolved after it was acknowledged.
+    const arrived = await Promise.race([notified, new Promise((resolve) => setTimeout(resolve, 60_000, undefined))])
+    if (arrived === undefined) problems.push('the write resolved but its notification never came')
+    const wrong = wrongPieces(view, bytes, pattern(bytes, seed + 1), pieces)
+    if (wrong.length) problems.push(`${wrong.length} of ${pieces.length} written blocks hold other bytes (first: ${wrong[0]})`)
+    else bytesVerified += bytes
+  }
+  control.send({ type: 'transfer-verified', problems })
+  const done = await control.expect('transfer-done', timeoutMs + 60_000)
+  return { blocks: pieces.length, workRequests: 0, writeMBps: NaN, readMBps: NaN, bytesVerified, problems: [...problems, ...(done.problems as string[]).map((p) => `host 1: ${p}`)] }
+}
+
+async function active(t: TransferSession, control: Control, round: TransferRound): Promise<TransferRoundResult> {
+  const { bytes, seed, timeoutMs } = round
+  const view = t.segment.bytes
+  const source = pattern(bytes, seed + 1)
+  view.set(source, 0)
+  view.fill(0, bytes, 2 * bytes)
+  await control.expect('transfer-ready', timeoutMs)
+  const problems: string[] = []
+  const pieces = scatter(bytes, seed + 1)
+  const writes: Block[] = pieces.map((p) => ({ local: [t.segment, p.src], remote: [SEGMENT, bytes + p.dst], length: p.length }))
+  let workRequests = 0
+  let writeMBps = NaN
+  let readMBps = NaN
+  let bytesVerified = 0
+  try {
+    const result = await t.agent.write(t.peer!, writes, { notify: `round ${seed}`, timeoutMs })
+    workRequests += result.workRequests
+    writeMBps = mbps(bytes, result.ms)
+    control.send({ type: 'transfer-written', ok: true })
+  } catch (error) {
+    problems.push(`write rejected: ${(error as { code?: string }).code ?? ''} ${(error as Error).message}`)
+    control.send({ type: 'transfer-written', ok: false })
+  }
+  const verified = await control.expect('transfer-verified', timeoutMs + 120_000)
+  problems.push(...(verified.problems as string[]).map((p) => `host 0: ${p}`))
+  if (!(verified.problems as string[]).length && !problems.length) bytesVerified += bytes
+  if (round.read !== false) {
+    const back = scatter(bytes, seed + 2)
+    const reads: Block[] = back.map((p) => ({ local: [t.segment, bytes + p.dst], remote: [SEGMENT, p.src], length: p.length }))
+    try {
+      const result = await t.agent.read(t.peer!, reads, { timeoutMs })
+      workRequests += result.workRequests
+      readMBps = mbps(bytes, result.ms)
+      const wrong = wrongPieces(view, bytes, pattern(bytes, seed), back)
+      if (wrong.length) problems.push(`${wrong.length} of ${back.length} blocks read hold other bytes (first: ${wrong[0]})`)
+      else bytesVerified += bytes
+    } catch (error) {
+      problems.push(`read rejected: ${(error as { code?: string }).code ?? ''} ${(error as Error).message}`)
+    }
+  }
+  control.send({ type: 'transfer-done', problems: problems.filter((p) => !p.startsWith('host 0: ')) })
+  return { blocks: pieces.length, workRequests, writeMBps, readMBps, bytesVerified, problems }
+}
