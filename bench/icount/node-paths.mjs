@@ -68,6 +68,7 @@ function paths() {
   const { c, s } = busy
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   const atomicRemote = s.mr.asRemote().slice(64, 8)
+  const atomicRemote2 = s.mr.asRemote().slice(512, 8), atomicRemote3 = s.mr.asRemote().slice(520, 8) // clear of the batch rows (bytes 0..255)
   const ev = { local: event.c.mr.slice(0, 8), remote: event.s.mr.asRemote().slice(0, 8) }
   const batchOf = ({ c, s }) => Array.from({ length: 32 }, (_, i) => ({ op: 'write', local: c.mr.slice(8 * i, 8), remote: s.mr.asRemote().slice(8 * i, 8) }))
   const batch = batchOf(busy), eventBatch = batchOf(event)
@@ -84,6 +85,10 @@ function paths() {
     { label: 'postBatch of 32 writes, per write (event CQ)', async: () => event.c.qp.postBatch(eventBatch), per: 32 },
     { label: 'await qp.compareAndSwap()', async: () => c.qp.compareAndSwap(atomicRemote, 0n, 0n) },
     { label: 'await qp.fetchAndAdd()', async: () => c.qp.fetchAndAdd(atomicRemote, 1n) },
+    // The same two verbs with the other's operands (a CAS whose words are not 0, a FAA that adds 0 to 0):
+    // does the gap between them come from the verb or from BigInt arithmetic on non-zero values?
+    { label: 'await qp.compareAndSwap() (non-zero operands)', async: () => c.qp.compareAndSwap(atomicRemote2, 0x1_0000_0001n, 0x2_0000_0002n) },
+    { label: 'await qp.fetchAndAdd() (adds 0 to 0)', async: () => c.qp.fetchAndAdd(atomicRemote3, 0n) },
   ]
 }
 
