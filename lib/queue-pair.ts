@@ -17,6 +17,7 @@ import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
+import { readU64LE } from './u64.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
@@ -247,13 +248,6 @@ export function localSges(local: unknown, name: string, maxSge: number, pd: Prot
     length += slice.length
   }
   return { sges, regions, length }
-}
-
-/** The unsigned little-endian 64-bit value at bytes[at..at+8). */
-function readUint64LE(bytes: Uint8Array, at: number): bigint {
-  const lo = (bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)) >>> 0
-  const hi = (bytes[at + 4]! | (bytes[at + 5]! << 8) | (bytes[at + 6]! << 16) | (bytes[at + 7]! << 24)) >>> 0
-  return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo)
 }
 
 /** Argument names for messages: index -1 is a single operation, else operations[index]. */
@@ -743,7 +737,7 @@ export class QueuePair extends Resource {
           owned = false
         }
         const done = (): void => { // the entry is not kept: the value is read from the slot
-          const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readUint64LE(local.region.bytes, local.offset) : readUint64LE(local.bytes, 0)
+          const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readU64LE(local.region.bytes, local.offset) : readU64LE(local.bytes, 0)
           giveBack()
           resolve(value)
         }

@@ -2,6 +2,7 @@
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
 import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from './native.js'
 import { RdmaError } from './errors.js'
+import { writeU64 } from './u64.js'
 
 const SEND_HEADER = SEND_HEADER_WORDS // 16
 const RECV_HEADER = RECV_HEADER_WORDS // 4
@@ -152,17 +153,6 @@ export class WorkRequestEncoder {
     w[at + 3] = 0
     writeSges(w, at + RECV_HEADER, sges)
     this.count++
-  }
-}
-
-/** Low word, then high word; values below 2^32 (the usual operands) allocate no BigInt. */
-function writeU64(w: Uint32Array, at: number, value: bigint): void {
-  if (value >= 0n && value <= 0xffffffffn) {
-    w[at] = Number(value)
-    w[at + 1] = 0
-  } else {
-    w[at] = Number(value & 0xffffffffn)
-    w[at + 1] = Number(value >> 32n)
   }
 }
 
