@@ -26,6 +26,7 @@ function message<T>(worker: Worker, ms = 120_000): Promise<T> {
 
 const fds = () => readdirSync('/proc/self/fd').length
 
+
 /**
  * The kernel's objects on every RDMA device, whoever owns them: the kernel
  * names an object's owner by the creating thread's id, and a worker's thread
@@ -55,9 +56,17 @@ describe('worker threads', () => {
     const before = countAll()
     const fdsBefore = fds()
     const workers = [0, 1, 2, 3].map(() => start({ mode: 'verify', rounds: 20 }))
+    // Listened for from the start: a worker may exit while the others are still
+    // reporting (its 'exit' was missed when listened for after all reports, and
+    // the wait below then timed out: this test's failure after 112, never a hang).
+    const exits = workers.map((w) => new Promise((resolve) => w.once('exit', resolve)))
+    // A worker still alive 10 s after its report says what holds its loop.
+    const alive = workers.map(() => undefined as unknown)
+    workers.forEach((w, i) => w.on('message', (m: { stillAlive?: unknown }) => { if (m.stillAlive) alive[i] = m.stillAlive }))
     const results = await Promise.all(workers.map((w) => message<{ ok: boolean; bytes: number }>(w)))
     // Bounded: a worker that reported and closed everything must also exit (its loop empty).
-    await Promise.all(workers.map((w, i) => within(new Promise((resolve) => w.once('exit', resolve)), 60_000, `worker ${i} exiting after its report`)))
+    await Promise.all(exits.map((exited, i) => within(exited, 60_000, `worker ${i} exiting after its report`)
+      .catch((error: Error) => { throw new Error(`${error.message}; its loop held ${JSON.stringify(alive[i]) ?? 'nothing it reported'}`) })))
     for (const r of results) expect(r).toMatchObject({ ok: true, bytes: expect.any(Number) })
     expect(results.every((r) => r.bytes > 0)).toBe(true)
     expect(await settlesTo(countAll, before)).toEqual(before)

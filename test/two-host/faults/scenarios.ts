@@ -5,11 +5,11 @@
 import { spawn } from 'node:child_process'
 import { setMaxListeners } from 'node:events'
 import { fileURLToPath } from 'node:url'
-import { Access, decodeDescriptors, remoteRegion, type AsyncEvent, type Connection, type QpEndpoint } from '../../../dist/index.js'
+import { Access, decodeDescriptors, remoteRegion, type Connection, type QpEndpoint } from '../../../dist/index.js'
 import { pattern } from '../../rdma/helpers.js'
 import { activeRound, passiveRound, type Round } from './verbs-round.js'
 import { connectRetrying, newDataConnection, role, type Session } from './session.js'
-import { clearNetem, counts, netem, setLink, sha256, track, type Counts, type Settled } from './wire.js'
+import { clearNetem, counts, flapLink, netem, sha256, track, type Counts, type Settled } from './wire.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -142,10 +142,6 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
     oldRegion.deregister()
     return { wrong, after }
   }
-  const events: Array<{ type: string; ms: number }> = []
-  const start = performance.now()
-  const onEvent = (event: AsyncEvent) => events.push({ type: event.type, ms: performance.now() - start })
-  s.device.on('async', onEvent)
   if (options.chunks * MiB > s.maxBytes) throw new Error(`linkFlap: ${options.chunks} MiB of WRITEs do not fit the ${s.maxBytes} bytes after maxBytes in host 0's region`)
   const local = s.pd.allocRegion(options.chunks * MiB, Access.LocalWrite)
   try {
@@ -157,12 +153,7 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
     const writes = Array.from({ length: options.chunks }, (_, i) =>
       track(old.qp.write(local.slice(i * MiB, MiB), s.remote!.slice(s.maxBytes + i * MiB, MiB), { timeoutMs: options.timeoutMs })))
     await sleep(200)
-    setLink('down')
-    const errAt = await waitFor(events, 'PORT_ERR', 30_000)
-    await sleep(options.downMs)
-    setLink('up')
-    const activeAt = await waitFor(events, 'PORT_ACTIVE', 60_000)
-    restoreAddresses()
+    const { events, errAt, activeAt } = await flapLink(s.device, options.downMs)
     const settled = await Promise.all(writes)
     const completed = settled.flatMap((r, i) => (r.ok ? [i] : []))
     s.control.send({ type: 'flapped', completed, shas })
@@ -172,27 +163,9 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
     old.close()
     return { events, errAt, activeAt, settled, completed: completed.length, wrong: wrong as number[], after, maxSettleMs: Math.max(...settled.map((r) => r.ms)) }
   } finally {
-    s.device.off('async', onEvent)
     old.close() // releases the writes still in flight if a step above failed (else deregister() would throw and hide why)
     local.deregister()
   }
-}
-
-async function waitFor(events: Array<{ type: string; ms: number }>, type: string, ms: number): Promise<number> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const found = events.find((e) => e.type === type)
-    if (found) return found.ms
-    if (Date.now() > deadline) throw new Error(`no ${type} event within ${ms} ms (saw ${events.map((e) => e.type).join(', ') || 'none'})`)
-    await sleep(50)
-  }
-}
-
-/** A link taken down loses its IPv6 address: put back what guest-setup.sh gave it. */
-function restoreAddresses(): void {
-  const addr6 = process.env.SOFTROCE_ADDR6
-  if (!addr6) return
-  try { spawn('ip', ['-6', 'addr', 'replace', `${addr6}/64`, 'dev', process.env.SOFTROCE_NETDEV || 'eth0', 'nodad'], { stdio: 'ignore' }) } catch { /* best effort */ }
 }
 
 const PEER_PORT = 7490

@@ -1,6 +1,7 @@
 // The faults themselves (netem on the guest's netdev, a link flap) and what
 // the fault tests measure: the kernel's RDMA object counts, open fds, checksums.
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
+import type { AsyncEvent, Device } from '../../../dist/index.js'
 import { createHash } from 'node:crypto'
 import { readdirSync } from 'node:fs'
 
@@ -29,6 +30,45 @@ export function qdiscShown(): string {
 
 export function setLink(state: 'up' | 'down'): void {
   execFileSync('ip', ['link', 'set', NETDEV, state], { stdio: 'pipe', timeout: 30_000 })
+}
+
+/**
+ * Takes this host's link down for `downMs`, then up: returns the device's
+ * async events meanwhile, with when PORT_ERR and PORT_ACTIVE came (ms from the start).
+ */
+export async function flapLink(device: Device, downMs: number): Promise<{ events: Array<{ type: string; ms: number }>; errAt: number; activeAt: number }> {
+  const events: Array<{ type: string; ms: number }> = []
+  const start = performance.now()
+  const onEvent = (event: AsyncEvent) => events.push({ type: event.type, ms: performance.now() - start })
+  device.on('async', onEvent)
+  try {
+    setLink('down')
+    const errAt = await waitFor(events, 'PORT_ERR', 30_000)
+    await new Promise((resolve) => setTimeout(resolve, downMs))
+    setLink('up')
+    const activeAt = await waitFor(events, 'PORT_ACTIVE', 60_000)
+    restoreAddresses()
+    return { events, errAt, activeAt }
+  } finally {
+    device.off('async', onEvent)
+  }
+}
+
+async function waitFor(events: Array<{ type: string; ms: number }>, type: string, ms: number): Promise<number> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const found = events.find((e) => e.type === type)
+    if (found) return found.ms
+    if (Date.now() > deadline) throw new Error(`no ${type} event within ${ms} ms (saw ${events.map((e) => e.type).join(', ') || 'none'})`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+/** A link taken down loses its IPv6 address: put back what guest-setup.sh gave it. */
+function restoreAddresses(): void {
+  const addr6 = process.env.SOFTROCE_ADDR6
+  if (!addr6) return
+  try { spawn('ip', ['-6', 'addr', 'replace', `${addr6}/64`, 'dev', NETDEV, 'nodad'], { stdio: 'ignore' }) } catch { /* best effort */ }
 }
 
 export type Kind = 'qp' | 'cq' | 'pd' | 'mr' | 'cm_id'
