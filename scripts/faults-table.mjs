@@ -22,12 +22,6 @@ function transferFigure(h0, h1) {
   const t1 = h1?.transfer
   const t0 = h0?.transfer
   if (!t1 && !t0) return 'not run under this fault'
-  if (t1?.first || t0?.after) { // the link flap: the write it hit, then a round after the link came back
-    const f = t1?.first
-    const hit = f ? (f.ok ? `the write it hit resolved after ${ms(f.ms)}, every block checked by host 0` : `the write it hit rejected with ${f.code} after ${ms(f.ms)}, ${f.bytesLanded} bytes known landed`) : '?'
-    const problems = [...(t1?.problems ?? []), ...(t0?.problems ?? [])]
-    return `${hit}; after the link came back: ${transferFigure({ transfer: t0?.after }, { transfer: t1?.after })}${problems.length ? `; ${problems.join('; ')}` : ''}`
-  }
   const problems = [...(t1?.problems ?? [])]
   return `${t1?.blocks ?? t0?.blocks} blocks, ${t1?.workRequests} WRs: write + notification ${t1?.writeMBps} MiB/s, read ${t1?.readMBps} MiB/s; ` +
     `${t1?.bytesVerified} bytes verified by host 1, ${t0?.bytesVerified} by host 0${problems.length ? `; ${problems.join('; ')}` : ''}`
