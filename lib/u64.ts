@@ -1,8 +1,8 @@
 // 64-bit values between bigints and 32-bit words or bytes, for the atomics'
 // operands and results. Above 2^32 a bigint goes through a BigUint64Array
 // cell: BigInt `&`, `>>`, `<<` and `|` each allocate a BigInt in a runtime
-// call (counted: a compare-and-swap with operands above 2^32 cost 0.8k more
-// instructions that way than one with small operands).
+// call (counted in the guest: a compare-and-swap with operands above 2^32
+// cost about 1k more instructions that way; docs/benchmarks.md).
 const CELL = new BigUint64Array(1)
 const CELL_WORDS = new Uint32Array(CELL.buffer)
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1
