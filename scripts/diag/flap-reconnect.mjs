@@ -2,7 +2,7 @@
 // The fault campaign saw a reconnect fail with UNREACHABLE (status -110) after
 // a second flap, and connects between the hosts time out for 30 s and more,
 // while a reconnect after the first flap worked. Two-host topology:
-//   bash scripts/softroce.sh run --topology two-host -- node scripts/diag/flap-reconnect.mjs [flaps] [downMs]
+//   bash scripts/softroce.sh run --topology two-host -- node scripts/diag/flap-reconnect.mjs [flaps] [downMs] [close-while-down]
 // Host 0 accepts every connection for the run; host 1 connects, then per flap:
 // link down for downMs, up, and a connect attempt every second until one
 // works (at most 90 s), printing each outcome, rxe's GIDs and the neighbour entry.
@@ -44,8 +44,12 @@ if (role === '0') {
   }
   for (let i = 0; i < 60; i++) { if ((await attempt()) === 'connected') break; await sleep(1000) } // host 0 may still be starting
   console.log(`${at()} connected before any flap`)
+  const closeWhileDown = process.argv[4] === 'close-while-down'
   for (let flap = 1; flap <= flaps; flap++) {
+    // close-while-down: a connection established before the flap is closed while the link is down.
+    const held = closeWhileDown ? await connect({ host: peer, port: PORT, pd, timeoutMs: 5000 }) : undefined
     sh('ip', ['link', 'set', netdev, 'down'])
+    if (held) { await sleep(300); held.close(); console.log(`${at()} flap ${flap}: closed a connection while the link was down`) }
     await sleep(downMs)
     sh('ip', ['link', 'set', netdev, 'up'])
     console.log(`${at()} flap ${flap}: link up again; events so far: ${events.splice(0).join(', ')}`)
