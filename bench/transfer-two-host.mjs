@@ -63,7 +63,13 @@ if (host === '0') {
       if (server.code !== 0) console.error(`${tool} server failed:\n${server.out}`)
     }
   }
-  await Promise.race([done, sleep(TIMEOUT_MS)])
+  // The bound's timer is cleared once 'done' wins: left pending, it kept this process alive for
+  // 600 s after the agent closed, and host 0 looked as if it had never received 'done'.
+  let timer
+  const timedOut = new Promise((resolve) => { timer = setTimeout(resolve, TIMEOUT_MS, false) })
+  const arrived = await Promise.race([done.then(() => true), timedOut])
+  clearTimeout(timer)
+  if (!arrived) console.error(`target: no 'done' from the initiators within ${TIMEOUT_MS} ms`)
   await sleep(500) // let the initiators close first
   agent.close()
 } else {

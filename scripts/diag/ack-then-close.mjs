@@ -1,9 +1,10 @@
 // A message acknowledged to its sender must reach the receiver even when the
-// sender closes at once (the two-host transfer bench lost its final "done" this
-// way once). In one process: 60 of 60 arrived on 2026-12-01, the loop's
-// ordering being the usual one; the case that lost it (the disconnect handled
-// before the CQ's event) is made deterministic in rdma/40 and rdma/60, and
-// fixed in QueuePair.close().
+// sender closes at once. (The two-host transfer bench seemed to lose its
+// final "done" this way; that was the bench's own 600 s timer keeping host 0
+// alive.) In one process: 60 of 60 arrived on 2026-12-01, the loop's
+// ordering being the usual one; the ordering that did lose a message (the
+// disconnect handled before the CQ's event) is made deterministic in rdma/40
+// and rdma/60, and fixed in QueuePair.close().
 // node scripts/diag/ack-then-close.mjs [cycles]
 import { listen, connect, openDevice } from '../../dist/index.js'
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
