@@ -2,7 +2,7 @@
 // The fault campaign saw a reconnect fail with UNREACHABLE (status -110) after
 // a second flap, and connects between the hosts time out for 30 s and more,
 // while a reconnect after the first flap worked. Two-host topology:
-//   bash scripts/softroce.sh run --topology two-host -- node scripts/diag/flap-reconnect.mjs [flaps] [downMs] [close-while-down|close-after-up]
+//   bash scripts/softroce.sh run --topology two-host -- node scripts/diag/flap-reconnect.mjs [flaps] [downMs] [close-while-down|close-after-up|qp-while-down]
 // Host 0 accepts every connection for the run; host 1 connects, then per flap:
 // link down for downMs, up, and a connect attempt every second until one
 // works (at most 90 s), printing each outcome, rxe's GIDs and the neighbour entry.
@@ -49,9 +49,11 @@ if (role === '0') {
     // A connection established before the flap, closed while the link is down or once it is up again.
     const held = mode ? await connect({ host: peer, port: PORT, pd, timeoutMs: 5000 }) : undefined
     sh('ip', ['link', 'set', netdev, 'down'])
+    if (held && mode === 'qp-while-down') { await sleep(300); held.qp.close(); console.log(`${at()} flap ${flap}: closed the connection's QP while the link was down`) }
     if (held && mode === 'close-while-down') { await sleep(300); held.close(); console.log(`${at()} flap ${flap}: closed a connection while the link was down`) }
     await sleep(downMs)
     sh('ip', ['link', 'set', netdev, 'up'])
+    if (held && mode === 'qp-while-down') { await sleep(1000); held.close(); console.log(`${at()} flap ${flap}: closed the rest (the rdma_cm id) 1 s after the link came up`) }
     if (held && mode === 'close-after-up') { await sleep(1000); held.close(); console.log(`${at()} flap ${flap}: closed the connection 1 s after the link came up`) }
     console.log(`${at()} flap ${flap}: link up again; events so far: ${events.splice(0).join(', ')}`)
     let ok = false
