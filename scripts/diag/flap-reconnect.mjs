@@ -44,9 +44,9 @@ if (role === '0') {
   }
   for (let i = 0; i < 60; i++) { if ((await attempt()) === 'connected') break; await sleep(1000) } // host 0 may still be starting
   console.log(`${at()} connected before any flap`)
-  const mode = process.argv[4] // close-while-down | close-after-up
+  const mode = process.argv[4] // close-while-down | close-after-up | qp-while-down
   for (let flap = 1; flap <= flaps; flap++) {
-    // A connection established before the flap, closed while the link is down or once it is up again.
+    // A connection established before the flap: closed while the link is down, once it is up, or its QP while down and the rest once up.
     const held = mode ? await connect({ host: peer, port: PORT, pd, timeoutMs: 5000 }) : undefined
     sh('ip', ['link', 'set', netdev, 'down'])
     if (held && mode === 'qp-while-down') { await sleep(300); held.qp.close(); console.log(`${at()} flap ${flap}: closed the connection's QP while the link was down`) }

@@ -96,3 +96,26 @@ export function waitWithoutLoop(done: () => boolean, ms: number): void {
     Atomics.wait(cell, 0, 0, 1)
   }
 }
+
+/**
+ * Deterministic scattered blocks over `bytes`: pieces of 1..maxPages x 4 KiB
+ * (the last one shorter if need be) taken in order at the source, placed in
+ * a shuffled order at the destination.
+ */
+export function scatter(bytes: number, seed: number, maxPages: number): Array<{ src: number; dst: number; length: number }> {
+  let x = seed >>> 0
+  const next = () => { x = (x * 1103515245 + 12345) >>> 0; return x >>> 8 } // the low bits of this LCG repeat quickly
+  const lengths: number[] = []
+  for (let total = 0; total < bytes;) {
+    const length = Math.min(bytes - total, (1 + (next() % maxPages)) * 4096)
+    lengths.push(length)
+    total += length
+  }
+  const order = lengths.map((_, i) => i)
+  for (let i = order.length - 1; i > 0; i--) { const j = next() % (i + 1); [order[i], order[j]] = [order[j]!, order[i]!] }
+  const dst = new Array<number>(lengths.length)
+  let at = 0
+  for (const i of order) { dst[i] = at; at += lengths[i]! }
+  let src = 0
+  return lengths.map((length, i) => { const piece = { src, dst: dst[i]!, length }; src += length; return piece })
+}

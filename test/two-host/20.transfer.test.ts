@@ -4,7 +4,7 @@
 // handler and answers with the count of wrong blocks.
 import { describe, expect, it } from 'vitest'
 import { TransferAgent, type Block, type Notification, type Peer } from '../../dist/index.js'
-import { pattern } from '../rdma/helpers.js'
+import { pattern, scatter, within } from '../rdma/helpers.js'
 
 const role = process.env.SOFTROCE_HOST_INDEX
 const local = process.env.SOFTROCE_ADDR
@@ -21,25 +21,8 @@ const SEED = 20
  */
 const ACK_TIMEOUT = 18
 
-/** Deterministic blocks over SIZE bytes: sizes 4 KiB..1 MiB (multiples of 4 KiB), destinations a shuffle of the same pieces. */
-function layout(seed: number): Array<{ src: number; dst: number; length: number }> {
-  let x = seed >>> 0
-  const next = () => { x = (x * 1103515245 + 12345) >>> 0; return x }
-  const lengths: number[] = []
-  for (let total = 0; total < SIZE;) {
-    const length = Math.min(SIZE - total, (1 + (next() % 256)) * 4096)
-    lengths.push(length)
-    total += length
-  }
-  // Destination order: a shuffle of the pieces.
-  const order = lengths.map((_, i) => i)
-  for (let i = order.length - 1; i > 0; i--) { const j = next() % (i + 1); [order[i], order[j]] = [order[j]!, order[i]!] }
-  const dstOf = new Array<number>(lengths.length)
-  let at = 0
-  for (const i of order) { dstOf[i] = at; at += lengths[i]! }
-  let src = 0
-  return lengths.map((length, i) => { const block = { src, dst: dstOf[i]!, length }; src += length; return block })
-}
+/** Blocks of 4 KiB..1 MiB over SIZE bytes, destinations shuffled. */
+const layout = (seed: number) => scatter(SIZE, seed, 256)
 
 /**
  * Block i's bytes: a 4093-byte tile of its own, repeated (a native fill: a JS
@@ -48,12 +31,6 @@ function layout(seed: number): Array<{ src: number; dst: number; length: number 
  */
 function blockBytes(i: number, length: number): Buffer {
   return Buffer.alloc(length).fill(pattern(4093, SEED * 100_000 + i))
-}
-
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms) })
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
 
 describe(`transfer engine across two hosts (this is host ${role})`, () => {

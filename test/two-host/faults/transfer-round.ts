@@ -4,7 +4,7 @@
 // back and checks every one. Each side knows the other's bytes (patterns from
 // the round's seed), so each checks what it received block by block.
 import { TransferAgent, type Block, type Peer, type Segment } from '../../../dist/index.js'
-import { pattern } from '../../rdma/helpers.js'
+import { pattern, scatter, within } from '../../rdma/helpers.js'
 import type { Control } from './control.js'
 import { ACK_TIMEOUT, local, peer as peerHost, role } from './session.js'
 import { clearNetem, netem } from './wire.js'
@@ -62,24 +62,6 @@ export async function openTransfer(control: Control, maxBytes: number): Promise<
   }
 }
 
-/** Pieces of 4..64 KiB covering `bytes`, each with a source and a shuffled destination. */
-export function scatter(bytes: number, seed: number): Array<{ src: number; dst: number; length: number }> {
-  let x = seed >>> 0
-  const next = () => { x = (x * 1103515245 + 12345) >>> 0; return x >>> 8 }
-  const lengths: number[] = []
-  for (let total = 0; total < bytes;) {
-    const length = Math.min(bytes - total, (1 + (next() % 16)) * 4096)
-    lengths.push(length)
-    total += length
-  }
-  const order = lengths.map((_, i) => i)
-  for (let i = order.length - 1; i > 0; i--) { const j = next() % (i + 1); [order[i], order[j]] = [order[j]!, order[i]!] }
-  const dst = new Array<number>(lengths.length)
-  let at = 0
-  for (const i of order) { dst[i] = at; at += lengths[i]! }
-  let src = 0
-  return lengths.map((length, i) => { const piece = { src, dst: dst[i]!, length }; src += length; return piece })
-}
 
 /** Indexes of the pieces whose bytes at `base + dst` are not `source[src..]`. */
 function wrongPieces(bytes: Uint8Array, base: number, source: Uint8Array, pieces: ReturnType<typeof scatter>): number[] {
@@ -114,12 +96,11 @@ async function passive(t: TransferSession, control: Control, round: TransferRoun
   control.send({ type: 'transfer-ready' })
   const written = await control.expect('transfer-written', timeoutMs + 60_000)
   const problems: string[] = []
-  const pieces = scatter(bytes, seed + 1)
+  const pieces = scatter(bytes, seed + 1, 16)
   let bytesVerified = 0
   if (written.ok) {
     // The notification comes after the data; the write resolved after it was acknowledged.
-    const arrived = await Promise.race([notified, new Promise((resolve) => setTimeout(resolve, 60_000, undefined))])
-    if (arrived === undefined) problems.push('the write resolved but its notification never came')
+    await within(notified, 60_000, 'the notification').catch(() => problems.push('the write resolved but its notification never came'))
     const wrong = wrongPieces(view, bytes, pattern(bytes, seed + 1), pieces)
     if (wrong.length) problems.push(`${wrong.length} of ${pieces.length} written blocks hold other bytes (first: ${wrong[0]})`)
     else bytesVerified += bytes
@@ -137,7 +118,7 @@ async function active(t: TransferSession, control: Control, round: TransferRound
   view.fill(0, bytes, 2 * bytes)
   await control.expect('transfer-ready', timeoutMs)
   const problems: string[] = []
-  const pieces = scatter(bytes, seed + 1)
+  const pieces = scatter(bytes, seed + 1, 16)
   const writes: Block[] = pieces.map((p) => ({ local: [t.segment, p.src], remote: [SEGMENT, bytes + p.dst], length: p.length }))
   let workRequests = 0
   let writeMBps = NaN
@@ -156,7 +137,7 @@ async function active(t: TransferSession, control: Control, round: TransferRound
   problems.push(...(verified.problems as string[]).map((p) => `host 0: ${p}`))
   if (!(verified.problems as string[]).length && !problems.length) bytesVerified += bytes
   if (round.read !== false) {
-    const back = scatter(bytes, seed + 2)
+    const back = scatter(bytes, seed + 2, 16)
     const reads: Block[] = back.map((p) => ({ local: [t.segment, bytes + p.dst], remote: [SEGMENT, p.src], length: p.length }))
     try {
       const result = await t.agent.read(t.peer!, reads, { timeoutMs })
