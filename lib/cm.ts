@@ -8,6 +8,7 @@ import { native, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId 
 import { call, closedError, errnoName, RdmaError } from './errors.js'
 import { integer, instance, object, optionalObject, typeError, waitOptions, type WaitOptions } from './validate.js'
 import { openDevice, type Device } from './device.js'
+import { deferDestroyWhilePortDown } from './cm-deferred-destroy.js'
 import { ProtectionDomain } from './protection-domain.js'
 import { CompletionQueue, type CompletionQueueOptions } from './completion-queue.js'
 import { QueuePair } from './queue-pair.js'
@@ -130,6 +131,8 @@ class CmIdHandle {
   #waiter: Waiter | undefined
   onUnexpected: (event: NativeCmEvent) => void = () => {}
   closed = false
+  /** A listening id sends nothing when destroyed, and must free its port at once. */
+  listening = false
   constructor(readonly native: NativeCmId, readonly key: number) {}
 
   /** Runs `action` and resolves with the event named `success`; any other event of the step rejects. */
@@ -179,7 +182,12 @@ class CmIdHandle {
     this.closed = true
     this.fail(closedError('Connection'))
     channel().forget(this.key)
-    call(() => this.native.close())
+    if (this.listening || !deferDestroyWhilePortDown(this.native)) call(() => this.native.close())
+  }
+
+  /** A MAD sent while the port is down breaks rdma_cm on rxe (cm-deferred-destroy.ts). */
+  get portActive(): boolean {
+    return this.closed || this.native.portActive()
   }
 }
 
@@ -517,7 +525,9 @@ export class Connection extends EventEmitter {
   }
 
   async #disconnect(wait: WaitOptions): Promise<void> {
-    if (!this.#disconnected) {
+    // With the port down the DREQ could not leave, and trying breaks rxe's rdma_cm:
+    // close() destroys the id (sending the DREQ) once the port is back.
+    if (!this.#disconnected && this.#id.portActive) {
       try {
         await this.#id.step('disconnect', () => this.#id.native.disconnect(), 'DISCONNECTED', { timeoutMs: wait.timeoutMs ?? 5000, ...(wait.signal ? { signal: wait.signal } : {}) })
       } catch {
@@ -643,7 +653,9 @@ export class ConnectionRequest {
     this.#answered = true
     const o = optionalObject(options, 'options')
     try {
-      call(() => this.id.native.reject(privateData(o.privateData, 'options.privateData', 148)))
+      const data = privateData(o.privateData, 'options.privateData', 148)
+      // With the port down, the REJ goes out when close() can destroy the id (without the private data).
+      if (this.id.portActive) call(() => this.id.native.reject(data))
     } finally {
       this.id.close()
     }
@@ -732,6 +744,7 @@ export async function listen(options: ListenOptions): Promise<Listener> {
   const pd = o.pd === undefined ? undefined : instance(o.pd, 'options.pd', ProtectionDomain)
   const host = await numericHost(o.host, 'options.host')
   const id = channel().createId()
+  id.listening = true
   try {
     call(() => id.native.bind(host, port))
     call(() => id.native.listen(backlog))

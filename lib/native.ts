@@ -88,6 +88,8 @@ export interface NativeCmId {
   reject(privateData: Uint8Array | undefined): void
   disconnect(): void
   deviceName(): string | null
+  /** false while the port the id is bound to is not ACTIVE */
+  portActive(): boolean
   localAddress(): NativeAddress | null
   peerAddress(): NativeAddress | null
   close(): void

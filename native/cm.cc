@@ -156,6 +156,7 @@ class CmIdWrap : public Napi::ObjectWrap<CmIdWrap> {
                         InstanceMethod("reject", &CmIdWrap::Reject),
                         InstanceMethod("disconnect", &CmIdWrap::Disconnect),
                         InstanceMethod("deviceName", &CmIdWrap::DeviceName),
+                        InstanceMethod("portActive", &CmIdWrap::PortActive),
                         InstanceMethod("localAddress", &CmIdWrap::LocalAddress),
                         InstanceMethod("peerAddress", &CmIdWrap::PeerAddress),
                         InstanceMethod("close", &CmIdWrap::CloseMethod),
@@ -299,6 +300,17 @@ class CmIdWrap : public Napi::ObjectWrap<CmIdWrap> {
     rdma_cm_id* id = Id(info.Env());
     if (!id->verbs) return info.Env().Null();
     return Napi::String::New(info.Env(), ibv_get_device_name(id->verbs->device));
+  }
+
+  // portActive() -> false while the port the id is bound to is not ACTIVE (true when the id
+  // is bound to none, or the query fails: nothing to wait for then).
+  Napi::Value PortActive(const Napi::CallbackInfo& info) {
+    rdma_cm_id* id = Id(info.Env());
+    ibv_port_attr attr{};
+    if (!id->verbs || id->port_num == 0 || ibv_query_port(id->verbs, id->port_num, &attr) != 0) {
+      return Napi::Boolean::New(info.Env(), true);
+    }
+    return Napi::Boolean::New(info.Env(), attr.state == IBV_PORT_ACTIVE);
   }
 
   Napi::Value LocalAddress(const Napi::CallbackInfo& info) {

@@ -43,7 +43,7 @@ if (role === '0') {
     }
   }
   for (let i = 0; i < 60; i++) { if ((await attempt()) === 'connected') break; await sleep(1000) } // host 0 may still be starting
-  console.log(`${at()} connected before any flap`)
+  console.log(`${at()} connected before any flap; QP1: ${sh('rdma', ['res', 'show', 'qp', 'lqpn', '1'])}`)
   const mode = process.argv[4] // close-while-down | close-after-up | qp-while-down
   for (let flap = 1; flap <= flaps; flap++) {
     // A connection established before the flap: closed while the link is down, once it is up, or its QP while down and the rest once up.
@@ -61,7 +61,7 @@ if (role === '0') {
       const outcome = await attempt()
       ok = outcome === 'connected'
       if (ok || n === 1 || n % 10 === 0) console.log(`${at()} flap ${flap}, attempt ${n}: ${outcome}`)
-      if (n === 1 || n === 10) console.log(`  neigh: ${sh('ip', ['neigh', 'show', 'dev', netdev])} | gids: ${JSON.stringify(device.gids(1))}`)
+      if (n === 1 || n === 10) console.log(`  neigh: ${sh('ip', ['neigh', 'show', 'dev', netdev])} | gids: ${JSON.stringify(device.gids(1))}\n  QP1: ${sh('rdma', ['res', 'show', 'qp', 'lqpn', '1'])}\n  stats: ${sh('rdma', ['statistic', 'show'])}`)
       if (!ok) await sleep(1000)
     }
     console.log(`${at()} flap ${flap}: ${ok ? 'reconnected' : 'NOT reconnected within 90 attempts'}`)
