@@ -4,10 +4,10 @@
 // with SIGKILL and restarted. Both guests run this file; host 0 is passive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { envMissing, needs } from '../rdma/needs.js'
-import { linkFlap, netemRound, peerDeath, type DeathResult } from './faults/scenarios.js'
+import { closeWhileDown, linkFlap, netemRound, peerDeath, type DeathResult } from './faults/scenarios.js'
 import { openSession, role, type Session } from './faults/session.js'
 import type { Round } from './faults/verbs-round.js'
-import { netemTransferRound, openTransfer, type TransferSession } from './faults/transfer-round.js'
+import { netemTransferRound, openTransfer, transferLinkFlap, type TransferSession } from './faults/transfer-round.js'
 import { figure, leakView } from './faults/wire.js'
 
 const test = needs(envMissing('SOFTROCE_HOST_INDEX', 'SOFTROCE_PEER_ADDR'))
@@ -61,6 +61,22 @@ describe(`faults across two hosts (this is host ${role})`, () => {
       // Settled, one way or the other: resolved, or rejected with a code (never left pending).
       for (const r of result.settled) expect(r.ok || typeof r.code === 'string').toBe(true)
     }
+  })
+
+  // On rxe 6.1 an rdma_cm message sent while the port is down loses that host's rdma_cm for good
+  // (docs/reliability.md, "Link flaps"). If one of these two fails, the files after this one fail too.
+  test('a connection closed while its link is down: the host connects again at its first attempt once the link is back, moves verified data, and the cm_id count returns to the baseline', async () => {
+    const result = await closeWhileDown(s, { downMs: 1500, round: round(60) })
+    figure({ fault: 'connection closed while the link is down (CI)', ...result })
+    expect(result.after.problems).toEqual([])
+    if ('cmIds' in result) expect(result.cmIds.after, 'cm_ids after the reconnect and the link back').toBe(result.cmIds.before)
+  })
+
+  test('the transfer engine under a link flap: the write it hits settles (resolved and checked, or coded), and the next round reconnects and moves verified blocks', async () => {
+    const result = await transferLinkFlap(t, s.control, { downMs: 1500, round: { bytes: 2 << 20, seed: 70, timeoutMs: 60_000 } })
+    figure({ fault: 'link flap (CI), transfer engine', ...result })
+    expect(result.problems).toEqual([])
+    expect(result.after.bytesVerified).toBeGreaterThan(0)
   })
 
   test('kill -9 of the peer mid-transfer: every promise settles, counts and fds back to baseline; the restarted peer gets a clean connection', async () => {

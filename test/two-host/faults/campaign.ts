@@ -8,11 +8,11 @@
 // step prints one FAULT-FIGURE line with its checks and pass/fail.
 // @ts-expect-error plain ESM without types
 import { parse, roceV2Ipv4GidIndex, run } from '../../../bench/perftest.mjs'
-import { linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
+import { closeWhileDown, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
 import type { Round } from './verbs-round.js'
 import { clearNetem, figure, leakView, netem } from './wire.js'
-import { netemTransferRound, openTransfer } from './transfer-round.js'
+import { netemTransferRound, openTransfer, transferLinkFlap } from './transfer-round.js'
 
 const MiB = 1 << 20
 const BIG = Number(process.env.FAULTS_BYTES || 64 * MiB)
@@ -126,6 +126,16 @@ await step('link flap (down 3 s, mid-transfer)', async () => {
     const types = result.events.map((e) => e.type)
     if (!types.includes('PORT_ERR') || types.lastIndexOf('PORT_ACTIVE') < types.indexOf('PORT_ERR')) failures.push(`port events ${types.join(', ')}`)
   }
+  // The same fault under the transfer engine: a second flap in the middle of a write of random blocks.
+  const transfer = await transferLinkFlap(t, s.control, { downMs: 3000, round: { bytes: Math.min(BIG, 4 * MiB), seed: 600, timeoutMs: 120_000 } })
+  failures.push(...transfer.problems.map((p) => `transfer engine: ${p}`))
+  return { data: { ...result, transfer }, failures }
+})
+
+await step('a connection closed while the link is down (3 s), then a reconnect', async () => {
+  const result = await closeWhileDown(s, { downMs: 3000, round: small(310) })
+  const failures = result.after.problems.map((p) => `new connection: ${p}`)
+  if ('cmIds' in result && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
   return { data: result, failures }
 })
 

@@ -9,7 +9,7 @@ import { Access, decodeDescriptors, remoteRegion, type Connection, type QpEndpoi
 import { pattern } from '../../rdma/helpers.js'
 import { activeRound, passiveRound, type Round } from './verbs-round.js'
 import { connectRetrying, newDataConnection, role, type Session } from './session.js'
-import { clearNetem, counts, flapLink, netem, sha256, track, type Counts, type Settled } from './wire.js'
+import { clearNetem, counts, flapLink, netem, sha256, track, wireState, type Counts, type Settled } from './wire.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -166,6 +166,42 @@ export async function linkFlap(s: Session, options: { chunks: number; downMs: nu
     old.close() // releases the writes still in flight if a step above failed (else deregister() would throw and hide why)
     local.deregister()
   }
+}
+
+/**
+ * Host 1 closes its data connection while its link is down, then reconnects
+ * once the link is back. Closing a connected rdma_cm id sends a DREQ; sent
+ * while the port is down, rxe 6.1 loses that host's rdma_cm for good, so the
+ * library destroys the id only once the port is ACTIVE again. Checked: the
+ * reconnect works at its first attempt, moves verified data, and the kernel's
+ * cm_id count comes back to the baseline (the deferred id was destroyed).
+ */
+export async function closeWhileDown(s: Session, options: { downMs: number; round: Round }) {
+  const old = s.conn
+  if (role === '0') {
+    await newDataConnection(s)
+    const after = await passiveRound(s.conn, s.region!, s.control, options.round)
+    old.close()
+    return { after }
+  }
+  const before = counts().cm_id
+  let whileDown = NaN
+  const { events } = await flapLink(s.device, options.downMs, () => {
+    old.close()
+    whileDown = counts().cm_id
+  })
+  const start = performance.now()
+  await newDataConnection(s).catch((error: Error) => {
+    throw new Error(`${error.message}; this host then:\n${wireState(process.env.SOFTROCE_PEER_ADDR ?? '')}`, { cause: error })
+  })
+  const reconnectMs = Math.round(performance.now() - start)
+  const after = await activeRound(s.conn, s.remote!, s.control, options.round)
+  let afterCount = counts().cm_id
+  for (let i = 0; i < 20 && afterCount !== before; i++) {
+    await sleep(250)
+    afterCount = counts().cm_id
+  }
+  return { events, reconnectMs, cmIds: { before, whileDown, after: afterCount }, after }
 }
 
 const PEER_PORT = 7490

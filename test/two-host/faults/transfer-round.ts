@@ -7,7 +7,7 @@ import { TransferAgent, type Block, type Peer, type Segment } from '../../../dis
 import { pattern, scatter, within } from '../../rdma/helpers.js'
 import type { Control } from './control.js'
 import { ACK_TIMEOUT, local, peer as peerHost, role } from './session.js'
-import { clearNetem, netem } from './wire.js'
+import { clearNetem, flapLink, netem } from './wire.js'
 
 const PORT = 7486
 const SEGMENT = 'faults'
@@ -152,4 +152,57 @@ async function active(t: TransferSession, control: Control, round: TransferRound
   }
   control.send({ type: 'transfer-done', problems: problems.filter((p) => !p.startsWith('host 0: ')) })
   return { blocks: pieces.length, workRequests, writeMBps, readMBps, bytesVerified, problems }
+}
+
+export interface TransferFlapResult {
+  /** Host 1: the transfer the flap hit, settled one way or the other. */
+  first?: { ok: boolean; code?: string; bytesLanded?: number; ms: number }
+  events?: Array<{ type: string; ms: number }>
+  /** The round after the link came back (reconnecting if the link broke). */
+  after: TransferRoundResult
+  problems: string[]
+}
+
+/**
+ * Host 1 takes its link down for `downMs` in the middle of a write of random
+ * blocks with a notification: the write settles within its bound (resolved:
+ * every block is checked on host 0; rejected: with a code and the bytes
+ * landed), and the next round, after the link is back, moves verified data.
+ * The engine closes a failed link while the port may still be down: the
+ * round after proves that does not cost the host its rdma_cm.
+ */
+export async function transferLinkFlap(t: TransferSession, control: Control, options: { downMs: number; round: TransferRound }): Promise<TransferFlapResult> {
+  const { bytes, seed, timeoutMs } = options.round
+  const pieces = scatter(bytes, seed + 1, 16)
+  const problems: string[] = []
+  if (role === '0') {
+    const view = t.segment.bytes
+    view.fill(0, bytes, 2 * bytes)
+    control.send({ type: 'flap-ready' })
+    const { ok } = await control.expect('flap-settled', timeoutMs + 120_000)
+    if (ok) {
+      const wrong = wrongPieces(view, bytes, pattern(bytes, seed + 1), pieces)
+      if (wrong.length) problems.push(`the write resolved but ${wrong.length} of ${pieces.length} blocks hold other bytes`)
+    }
+    control.send({ type: 'flap-checked', problems })
+    const after = await passive(t, control, { ...options.round, seed: seed + 10 })
+    return { after, problems: [...problems, ...after.problems] }
+  }
+  const view = t.segment.bytes
+  view.set(pattern(bytes, seed + 1), 0)
+  await control.expect('flap-ready', timeoutMs)
+  const writes: Block[] = pieces.map((p) => ({ local: [t.segment, p.src], remote: [SEGMENT, bytes + p.dst], length: p.length }))
+  const start = performance.now()
+  const settled: Promise<NonNullable<TransferFlapResult['first']>> = t.agent.write(t.peer!, writes, { notify: `flap ${seed}`, timeoutMs }).then(
+    () => ({ ok: true, ms: performance.now() - start }),
+    (error: { code?: string; bytesLanded?: number }) => ({ ok: false, code: error.code, bytesLanded: error.bytesLanded, ms: performance.now() - start }))
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  const { events } = await flapLink(t.agent.device, options.downMs)
+  const first = await settled
+  if (!first.ok && typeof first.code !== 'string') problems.push('the write rejected without a code')
+  control.send({ type: 'flap-settled', ok: first.ok })
+  const checked = await control.expect('flap-checked', timeoutMs + 120_000)
+  problems.push(...(checked.problems as string[]).map((p) => `host 0: ${p}`))
+  const after = await active(t, control, { ...options.round, seed: seed + 10 })
+  return { first, events, after, problems: [...problems, ...after.problems] }
 }

@@ -33,10 +33,11 @@ export function setLink(state: 'up' | 'down'): void {
 }
 
 /**
- * Takes this host's link down for `downMs`, then up: returns the device's
+ * Takes this host's link down for `downMs` (calling `whileDown` once the port is
+ * down), then up: returns the device's
  * async events meanwhile, with when PORT_ERR and PORT_ACTIVE came (ms from the start).
  */
-export async function flapLink(device: Device, downMs: number): Promise<{ events: Array<{ type: string; ms: number }>; errAt: number; activeAt: number }> {
+export async function flapLink(device: Device, downMs: number, whileDown?: () => void): Promise<{ events: Array<{ type: string; ms: number }>; errAt: number; activeAt: number }> {
   const events: Array<{ type: string; ms: number }> = []
   const start = performance.now()
   const onEvent = (event: AsyncEvent) => events.push({ type: event.type, ms: performance.now() - start })
@@ -44,6 +45,7 @@ export async function flapLink(device: Device, downMs: number): Promise<{ events
   try {
     setLink('down')
     const errAt = await waitFor(events, 'PORT_ERR', 30_000)
+    whileDown?.()
     await new Promise((resolve) => setTimeout(resolve, downMs))
     setLink('up')
     const activeAt = await waitFor(events, 'PORT_ACTIVE', 60_000)
@@ -69,6 +71,20 @@ function restoreAddresses(): void {
   const addr6 = process.env.SOFTROCE_ADDR6
   if (!addr6) return
   try { spawn('ip', ['-6', 'addr', 'replace', `${addr6}/64`, 'dev', NETDEV, 'nodad'], { stdio: 'ignore' }) } catch { /* best effort */ }
+}
+
+/** What the wire and rdma_cm look like from this host: for a failure's message. */
+export function wireState(peerAddress: string): string {
+  const sh = (cmd: string, args: string[]) => { try { return execFileSync(cmd, args, { encoding: 'utf8', timeout: 10_000 }).trim() } catch (e) { return `(${(e as Error).message.split('\n')[0]})` } }
+  return [
+    `neigh: ${sh('ip', ['neigh', 'show', 'dev', NETDEV])}`,
+    `route: ${sh('ip', ['route', 'get', peerAddress])}`,
+    `link: ${sh('ip', ['-br', 'link', 'show', NETDEV])} ${sh('ip', ['-br', 'addr', 'show', NETDEV])}`,
+    `QP1: ${sh('rdma', ['res', 'show', 'qp', 'lqpn', '1'])}`,
+    `rxe: ${sh('rdma', ['statistic', 'show'])}`,
+    `cm_ids: ${sh('rdma', ['res', 'show', 'cm_id'])}`,
+    `dmesg: ${sh('dmesg', []).split('\n').slice(-15).join('\n  ')}`,
+  ].join('\n')
 }
 
 export type Kind = 'qp' | 'cq' | 'pd' | 'mr' | 'cm_id'
