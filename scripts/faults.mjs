@@ -7,7 +7,8 @@
 // Streams the guests' output, then prints every FAULT-FIGURE row and writes
 // them to bench/results/faults-figures.json (or the path in FAULTS_FIGURES) for docs/reliability.md.
 // FAULTS_BYTES sets the size of the WRITE/READ under each netem setting (default 64 MiB);
-// FAULTS_ONLY=netem runs only the netem rounds, FAULTS_ONLY=quick all but them.
+// FAULTS_ONLY=netem runs only the netem rounds, FAULTS_ONLY=quick all but them;
+// FAULTS_SETTINGS='clean wire,loss 1%' only those netem settings; FAULTS_NETEM_READ=0 no READ in them.
 import { spawn } from 'node:child_process'
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
