@@ -35,8 +35,8 @@ export interface CompletionQueueOptions {
 
 /** A queue pair (or SRQ) whose queues complete here, as the CQ sees it. */
 export interface CompletionOwner {
-  /** The request a completion belongs to (by wr_id). */
-  pendingFor(wrId: number): Pending | undefined
+  /** The request (or the tagged requests' ring) a completion belongs to (by wr_id). */
+  pendingFor(wrId: number): { complete(entry: CompletionEntry): void } | undefined
   /** The CQ failed: no completion will arrive; reject every request waiting for one. */
   failAll(error: RdmaError): void
 }

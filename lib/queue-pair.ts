@@ -18,6 +18,7 @@ import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
 import { readU64LE } from './u64.js'
+import { handlerBusy, TAGGED_WR_ID_BASE, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
@@ -277,6 +278,10 @@ export class QueuePair extends Resource {
   /** @internal PendingOwner: requests in flight by the wr_id of their last work request (every request in flight is here). */
   readonly pendings: PendingTable
   #orphaned = 0
+  /** The lower-level completion path (setCompletionHandler()): its requests in flight and their handler. */
+  #tagged: TaggedOps | undefined
+  /** Tagged requests are posted one per call, from their own buffer (bound to the native post function once). */
+  readonly #taggedBatch = new SendBatch()
   #draining = false // close() is delivering the completions already queued
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
@@ -347,7 +352,7 @@ export class QueuePair extends Resource {
   get error(): RdmaError | undefined { return this.#error }
 
   /** Requests in flight on this QP. */
-  get outstanding(): number { return this.pendings.size }
+  get outstanding(): number { return this.pendings.size + (this.#tagged?.inFlight ?? 0) }
 
   /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
   get orphanedReceives(): number { return this.#orphaned }
@@ -485,6 +490,105 @@ export class QueuePair extends Resource {
   /** Atomic fetch-and-add on 8 remote bytes; resolves with the value before the addition. */
   fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
     return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, add, 'add', 0n, undefined, options)
+  }
+
+  /**
+   * The lower-level completion path: `handler(tag, error)` is called once for
+   * each request posted with postWrite() or postRead(), from the event loop
+   * (the CQ's channel or busy poll) or from an explicit `cq.poll()`, never
+   * from inside the call that posted it. Undefined removes it (refused with
+   * ERR_BUSY while tagged requests are in flight).
+   */
+  setCompletionHandler(handler: CompletionHandler | undefined): void {
+    this.assertOpen()
+    if (handler !== undefined && typeof handler !== 'function') throw typeError('a function or undefined', 'handler', handler)
+    const tagged = this.#tagged
+    if (handler === undefined) {
+      if (tagged !== undefined && tagged.inFlight > 0) throw handlerBusy(tagged.inFlight)
+      this.#tagged = undefined
+    } else if (tagged !== undefined) {
+      tagged.handler = handler
+    } else {
+      this.#tagged = new TaggedOps(this, handler, this.#sendSlots.capacity)
+    }
+  }
+
+  /**
+   * One signaled RDMA WRITE, reported to the completion handler with `tag`
+   * (0 .. 2^32-1) instead of a promise. Throws at once, with a code, what the
+   * promise path would reject with, and ERR_QUEUE_FULL / ERR_CQ_FULL when the
+   * send queue or the CQ has no room now (it never waits). No timeout: close
+   * the QP to end requests that never complete (each is then reported with
+   * ERR_CLOSED). At most the port's max message size (no splitting).
+   */
+  postWrite(local: LocalSlice, remote: RemoteSlice, tag: number): void {
+    this.#postTagged(false, local, remote, tag)
+  }
+
+  /** One signaled RDMA READ (RC), as postWrite(). */
+  postRead(local: LocalSlice, remote: RemoteSlice, tag: number): void {
+    this.#postTagged(true, local, remote, tag)
+  }
+
+  #postTagged(read: boolean, local: LocalSlice, remote: RemoteSlice, tag: number): void {
+    const tagged = this.#tagged
+    const verb = read ? 'read' : 'write'
+    if (tagged === undefined) {
+      this.assertOpen()
+      throw new RdmaError(`Cannot post a tagged ${verb}: set a completion handler first (qp.setCompletionHandler())`, { code: 'ERR_NO_HANDLER', verb, qpn: this.qpn })
+    }
+    if (!(local instanceof LocalSlice)) throw typeError('a LocalSlice (region.slice())', 'local', local)
+    if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice (remoteRegion(desc).slice())', 'remote', remote)
+    if (!isU32(tag)) integer(tag, 'tag', 0, 0xffffffff)
+    const region = local.region
+    region.assertUsable()
+    if (region.pd !== this.pd) throw wrongPd('local')
+    const length = local.length
+    if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, 'remote.length', remote.length)
+    if (read ? this.type !== 'RC' : this.type === 'UD') {
+      throw new RdmaError(`${verb} needs ${read ? 'an RC QP' : 'a connected QP (RC or UC)'}`, { code: 'ERR_QP_TYPE', verb, qpn: this.qpn })
+    }
+    if (length > this.#maxMessage && this.#overMaxMessage(length)) {
+      throw new RdmaError(`Cannot ${verb} ${length} bytes in one tagged request: at most ${this.#maxMessage} (the port's max message size); qp.${verb}() splits`, { code: 'ERR_MESSAGE_TOO_LARGE', verb, qpn: this.qpn })
+    }
+    if (!this.#takeSendSlotNow()) throw this.#cannotPostNow(verb)
+    if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
+    const wrId = tagged.add(region, tag, read)
+    this.#ledger.send.addPending(this)
+    const batch = this.#taggedBatch
+    batch.encoder.reset()
+    batch.encoder.addOne(wrId, read ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, SendFlags.Signaled, region.address + local.offset, length,
+      region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    try {
+      this.#postFrom(batch, 0, 1, 0)
+    } catch (cause) {
+      tagged.remove(wrId)
+      throw fromNative(cause)
+    }
+  }
+
+  /** Why #takeSendSlotNow() refused, as the error a tagged post throws. */
+  #cannotPostNow(verb: string): RdmaError {
+    if (!this.#open) return closedError(this.kind)
+    if (this.#error) return this.#stateError(verb)
+    if (this.#state !== 'RTS') {
+      return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state} (needs RTS: connect() first)`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
+    }
+    const slots = this.#sendSlots
+    if (slots.used < slots.capacity && this.sendCq.credits.used < this.sendCq.credits.capacity) {
+      return new RdmaError(`Cannot ${verb}: promise requests wait for the send queue before this one`, { code: 'ERR_QUEUE_FULL', verb, qpn: this.qpn })
+    }
+    if (slots.used >= slots.capacity) {
+      return new RdmaError(`Cannot ${verb}: the send queue is full (${slots.capacity} requests in flight); post again after a completion`, { code: 'ERR_QUEUE_FULL', verb, qpn: this.qpn })
+    }
+    return new RdmaError(`Cannot ${verb}: the completion queue is full (${this.sendCq.credits.capacity} completions promised); post again after a completion`, { code: 'ERR_CQ_FULL', verb, qpn: this.qpn })
+  }
+
+  /** @internal TaggedOwner: a tagged request finished (completed, refused or abandoned). */
+  finishedTagged(): void {
+    this.#sendSlots.release(1)
+    this.#ledger.send.give(1)
+    this.#ledger.send.removePending()
   }
 
   /**
@@ -1140,7 +1244,8 @@ export class QueuePair extends Resource {
   }
 
   /** @internal CompletionOwner: the request of a completion on this QP (an SRQ receive, or a failed unsignaled member of a batch). */
-  pendingFor(wrId: number): Pending | undefined {
+  pendingFor(wrId: number): Pending | TaggedOps | undefined {
+    if (wrId >= TAGGED_WR_ID_BASE) return this.#tagged
     const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
     if (pending !== undefined) return pending
     return this.pendings.containing(wrId)
@@ -1184,6 +1289,7 @@ export class QueuePair extends Resource {
   failAll(error: RdmaError): void {
     this.failed(error)
     for (const pending of this.pendings.values()) pending.reject(error)
+    this.#tagged?.reportAll(error)
   }
 
   protected override afterClose(): void {
@@ -1204,7 +1310,7 @@ export class QueuePair extends Resource {
    */
   override close(): void {
     if (this.closed || this.#draining) return
-    if (this.pendings.size > 0) {
+    if (this.pendings.size > 0 || (this.#tagged !== undefined && this.#tagged.inFlight > 0)) {
       this.#draining = true
       try {
         this.sendCq.drainBeforeClose()
@@ -1222,6 +1328,7 @@ export class QueuePair extends Resource {
     const error = closedError(this.kind)
     this.#failWaiting(error) // first: the slots abandonAll frees must not let them post
     abandonAll(this.pendings.values(), error)
+    this.#tagged?.abandonAll(error)
   }
 }
 
