@@ -8,6 +8,7 @@ import { call, errnoName, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import type { CompletionEntry, Pending } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
+import { afterPost, deliverHeld, reportsHeld } from './tagged-ops.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
 
@@ -83,6 +84,8 @@ export class CompletionQueue extends Resource {
   #spinScheduled = false
   #drainScheduled = false
   #dispatching = false
+  /** A tagged post made during a dispatch could not poll (polls do not nest): poll once the dispatch is over. */
+  #repoll = false
   #inlineBudget = INLINE_BUDGET
   #inlineResetScheduled = false
   // Reused for every completion: a Pending reads what it needs and keeps nothing.
@@ -197,6 +200,8 @@ export class CompletionQueue extends Resource {
   /** Drains the queue now; returns the number of completions handled. */
   poll(): number {
     this.assertOpen()
+    // Reports a post found and held for after it: a loop that polls until its request is reported gets them here.
+    if (reportsHeld()) deliverHeld()
     let total = 0
     for (;;) {
       let n: number
@@ -253,17 +258,33 @@ export class CompletionQueue extends Resource {
       try { n = this.#spinOnce() } catch { return }
     }
     if (n === 0) return
-    // The budget counts completions, not polls: one poll can harvest a whole
-    // batch per QP, and each settled batch posts the next from a microtask,
-    // so counting polls let a transfer of thousands of work requests run in
-    // one macrotask, with no timer or I/O (another connection's handshake)
-    // handled until it ended.
+    this.#spendInlineBudget(n)
+    // Inside a post: tagged requests' handlers wait for the end of the microtask checkpoint.
+    const outer = afterPost.dispatching
+    afterPost.dispatching = true
+    try {
+      this.#dispatch(n)
+    } finally {
+      afterPost.dispatching = outer
+    }
+  }
+
+  // The budget counts completions, not polls: one poll can harvest a whole
+  // batch per QP, and each settled batch posts the next from a microtask,
+  // so counting polls let a transfer of thousands of work requests run in
+  // one macrotask, with no timer or I/O (another connection's handshake)
+  // handled until it ended.
+  #spendInlineBudget(n: number): void {
     this.#inlineBudget -= n
     if (!this.#inlineResetScheduled) {
       this.#inlineResetScheduled = true
       setImmediate(this.#resetInlineBudget)
     }
-    this.#dispatch(n)
+  }
+
+  /** @internal A tagged request was posted during this queue's dispatch: it is polled for when the dispatch ends. */
+  pollAfterDispatch(): void {
+    if (this.#dispatching) this.#repoll = true
   }
 
   readonly #resetInlineBudget = (): void => {
@@ -305,6 +326,28 @@ export class CompletionQueue extends Resource {
   }
 
   #dispatch(count: number): void {
+    this.#dispatchOnce(count)
+    if (this.#dispatching) return // nested: the outer dispatch goes on
+    // A handler that posted during the dispatch (a chain of tagged requests)
+    // gets its completion polled for here, as the post itself would have, in
+    // a loop: no turn of the event loop per request, and no recursion.
+    while (this.#repoll) {
+      this.#repoll = false
+      if (!this.mayPollInline()) return
+      let n: number
+      try {
+        n = this.#poll()
+        if (n === 0 && this.pollMode === 'busy' && this.#pending === 1 && this.#spinMs > 0) n = this.#spinOnce()
+      } catch {
+        return // reported by the regular (channel or busy) path
+      }
+      if (n === 0) return
+      if (n > 0) this.#spendInlineBudget(n)
+      this.#dispatchOnce(n)
+    }
+  }
+
+  #dispatchOnce(count: number): void {
     if (count < 0) return this.#failed(-count, 'ibv_poll_cq')
     const w = this.#words
     const entry = this.#entry

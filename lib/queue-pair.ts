@@ -494,10 +494,11 @@ export class QueuePair extends Resource {
 
   /**
    * The lower-level completion path: `handler(tag, error)` is called once for
-   * each request posted with postWrite() or postRead(), from the event loop
-   * (the CQ's channel or busy poll) or from an explicit `cq.poll()`, never
-   * from inside the call that posted it. Undefined removes it (refused with
-   * ERR_BUSY while tagged requests are in flight).
+   * each request posted with postWrite() or postRead(): from the event loop
+   * (the CQ's channel or busy poll), from `cq.poll()`, from `qp.close()` (what
+   * the device completed before it), or in a microtask right after a post
+   * that found completions by polling; never from inside a post call.
+   * Undefined removes it (refused with ERR_BUSY while tagged requests are in flight).
    */
   setCompletionHandler(handler: CompletionHandler | undefined): void {
     this.assertOpen()
@@ -559,12 +560,18 @@ export class QueuePair extends Resource {
     batch.encoder.reset()
     batch.encoder.addOne(wrId, read ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, SendFlags.Signaled, region.address + local.offset, length,
       region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    // Polls in the same native call when it may: the device often completes the request inside the post.
+    const cq = this.sendCq
+    const poll = cq.mayPollInline() ? 1 : 0
+    let polled: number
     try {
-      this.#postFrom(batch, 0, 1, 0)
+      polled = this.#postFrom(batch, 0, 1, poll)
     } catch (cause) {
       tagged.remove(wrId)
       throw fromNative(cause)
     }
+    if (poll) cq.polledAfterPost(polled)
+    else cq.pollAfterDispatch() // posted from a handler: polled for when that dispatch ends
   }
 
   /** Why #takeSendSlotNow() refused, as the error a tagged post throws. */

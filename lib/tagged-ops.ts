@@ -11,6 +11,73 @@ import type { MemoryRegion } from './memory.js'
 /** Called once per tagged request: `error` is undefined when it succeeded. */
 export type CompletionHandler = (tag: number, error: RdmaError | undefined) => void
 
+/**
+ * True while a CQ dispatches what a post found by polling right after posting
+ * (the device often completes a request inside the post call). Handlers never
+ * run inside a post: such reports are held until the end of the current
+ * microtask checkpoint (one microtask for all of them), or until the next
+ * explicit cq.poll(), whichever comes first.
+ */
+export const afterPost = { dispatching: false }
+
+const RESOLVED = Promise.resolve()
+
+// The held reports, in order, for every QP; and a spare set to swap in while
+// they are delivered (a handler's own post holds its reports there). Emptied
+// by count, never by length = 0, which frees the storage.
+let heldOps: TaggedOps[] = []
+let heldTags: number[] = []
+let heldErrors: Array<RdmaError | undefined> = []
+let spareOps: TaggedOps[] = []
+let spareTags: number[] = []
+let spareErrors: Array<RdmaError | undefined> = []
+let held = 0
+let flushScheduled = false
+
+function hold(ops: TaggedOps, tag: number, error: RdmaError | undefined): void {
+  heldOps[held] = ops
+  heldTags[held] = tag
+  heldErrors[held] = error
+  held++
+  if (!flushScheduled) {
+    flushScheduled = true
+    void RESOLVED.then(deliverHeld)
+  }
+}
+
+/** Reports held back by posts, delivered now (from a microtask, or from an explicit cq.poll()). */
+export function deliverHeld(): void {
+  flushScheduled = false
+  const count = held
+  if (count === 0) return
+  const ops = heldOps
+  const tags = heldTags
+  const errors = heldErrors
+  heldOps = spareOps
+  heldTags = spareTags
+  heldErrors = spareErrors
+  spareOps = ops
+  spareTags = tags
+  spareErrors = errors
+  held = 0
+  for (let i = 0; i < count; i++) {
+    const owner = ops[i]!
+    const error = errors[i]
+    errors[i] = undefined
+    try {
+      owner.handler(tags[i]!, error)
+    } catch (thrown) {
+      // As from the event loop: an uncaught exception. The other reports are still delivered.
+      queueMicrotask(() => { throw thrown })
+    }
+  }
+}
+
+/** Whether posts hold reports not yet delivered (cq.poll() then delivers them). */
+export function reportsHeld(): boolean {
+  return held !== 0
+}
+
 /** Tagged requests carry wr_ids from here up (promise requests count up from 1). */
 export const TAGGED_WR_ID_BASE = 2 ** 52
 
@@ -78,10 +145,15 @@ export class TaggedOps {
     const reported = this.#reported[slot] === 1
     this.#release(slot)
     if (reported) return
-    if (entry.status === 0) return this.handler(tag, undefined)
+    if (entry.status === 0) return this.#deliver(tag, undefined)
     const error = completionError(entry, verb)
     if (entry.status !== 5 /* WR_FLUSH_ERR */) this.owner.failed(error)
-    this.handler(tag, error)
+    this.#deliver(tag, error)
+  }
+
+  #deliver(tag: number, error: RdmaError | undefined): void {
+    if (afterPost.dispatching) hold(this, tag, error)
+    else this.handler(tag, error)
   }
 
   /**

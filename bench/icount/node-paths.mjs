@@ -64,6 +64,37 @@ function rawBoundRead({ c, s }) {
   return { sync: one, stats: () => ({ polls }) }
 }
 
+/**
+ * The lower-level completion path (qp.postRead + the QP's completion handler):
+ * `sync` posts and spins on cq.poll() until the handler ran, as a C loop does;
+ * `chain` runs n READs back to back, each posted by the handler of the last.
+ */
+function tagged({ c, s }) {
+  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+  let reported = 0
+  let onReport
+  c.qp.setCompletionHandler((tag, error) => {
+    if (error) throw error
+    reported++
+    onReport?.()
+  })
+  const sync = (post) => () => {
+    const want = reported + 1
+    post(local, remote, 1)
+    while (reported < want) c.cq.poll()
+  }
+  const chain = (n) => new Promise((resolve) => {
+    let left = n
+    onReport = () => {
+      if (--left > 0) return c.qp.postRead(local, remote, 2)
+      onReport = undefined
+      resolve()
+    }
+    c.qp.postRead(local, remote, 2)
+  })
+  return { read: sync((l, r, t) => c.qp.postRead(l, r, t)), write: sync((l, r, t) => c.qp.postWrite(l, r, t)), chain }
+}
+
 function paths() {
   const { c, s } = busy
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
@@ -75,6 +106,7 @@ function paths() {
   return [
     { label: 'raw read: encode + postSend + poll (ObjectWrap methods)', ...rawRead(busy) },
     ...(typeof c.qp.handle.sendPoster === 'function' ? [{ label: 'raw read: addOne + bound post(wordStart, 1, poll)', ...rawBoundRead(busy) }] : []),
+    ...(typeof c.qp.setCompletionHandler === 'function' ? taggedRows() : []),
     { label: 'empty poll: cq.poll()', sync: () => c.cq.poll(), scale: 10 },
     { label: 'empty poll: native poll()', sync: () => c.cq.handle.poll(), scale: 10 },
     { label: 'await qp.read() (busy CQ)', async: () => c.qp.read(local, remote) },
@@ -92,12 +124,24 @@ function paths() {
   ]
 }
 
+function taggedRows() {
+  const onBusy = tagged(busy)
+  const onEvent = tagged(event)
+  return [
+    { label: 'tagged read: qp.postRead + cq.poll() until reported', sync: onBusy.read },
+    { label: 'tagged write: qp.postWrite + cq.poll() until reported', sync: onBusy.write },
+    { label: 'tagged read chain, reported from the event loop (busy CQ)', chain: onBusy.chain },
+    { label: 'tagged read chain, reported from the event loop (event CQ)', chain: onEvent.chain },
+  ]
+}
+
 /**
  * A loop of its own for each path (a fresh function, so its own feedback and
  * optimized code): one loop shared by every path turns polymorphic, and V8's
  * background compiler then recompiles it inside the counted regions.
  */
 function loopFor(path) {
+  if (path.chain) return path.chain
   // eslint-disable-next-line no-new-func
   return path.sync ? new Function('f', 'n', 'for (let i = 0; i < n; i++) f()').bind(null, path.sync)
     : new Function('f', 'n', 'return (async () => { for (let i = 0; i < n; i++) await f() })()').bind(null, path.async)
