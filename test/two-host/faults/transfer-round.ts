@@ -192,12 +192,23 @@ export async function transferLinkFlap(t: TransferSession, control: Control, opt
   view.set(pattern(bytes, seed + 1), 0)
   await control.expect('flap-ready', timeoutMs)
   const writes: Block[] = pieces.map((p) => ({ local: [t.segment, p.src], remote: [SEGMENT, bytes + p.dst], length: p.length }))
+  // A 20 ms delay on the wire keeps the write in flight when the link goes down
+  // (on a clean wire 2 MiB can land in 0.2 s); under the 67 ms ACK timeout, so no retransmission.
+  netem(['delay', '20ms'])
+  let done = false
   const start = performance.now()
   const settled: Promise<NonNullable<TransferFlapResult['first']>> = t.agent.write(t.peer!, writes, { notify: `flap ${seed}`, timeoutMs }).then(
     () => ({ ok: true, ms: performance.now() - start }),
     (error: { code?: string; bytesLanded?: number }) => ({ ok: false, code: error.code, bytesLanded: error.bytesLanded, ms: performance.now() - start }))
-  await new Promise((resolve) => setTimeout(resolve, 200))
-  const { events } = await flapLink(t.agent.device, options.downMs)
+    .finally(() => { done = true })
+  let events: Array<{ type: string; ms: number }>
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    if (done) problems.push('the write settled before the link went down: the flap hit nothing')
+    ;({ events } = await flapLink(t.agent.device, options.downMs))
+  } finally {
+    clearNetem()
+  }
   const first = await settled
   if (!first.ok && typeof first.code !== 'string') problems.push('the write rejected without a code')
   control.send({ type: 'flap-settled', ok: first.ok })
