@@ -1,0 +1,92 @@
+// TaggedOps: the ring of tagged requests in flight (lib/tagged-ops.ts). Each
+// request is reported exactly once, by the tag it was posted with; wr_ids of
+// finished or foreign requests are ignored; reports found by a post are held
+// and delivered after it, in order.
+import { describe, expect, it } from 'vitest'
+import { afterPost, deliverHeld, reportsHeld, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/tagged-ops.js'
+import { RdmaError } from '../../lib/errors.js'
+import type { CompletionEntry } from '../../lib/pending.js'
+import type { MemoryRegion } from '../../lib/memory.js'
+
+function setup(capacity: number) {
+  const region = { inflight: 0, released() { this.inflight-- } }
+  const owner = { finished: 0, failures: [] as string[], finishedTagged() { this.finished++ }, failed(e: RdmaError) { this.failures.push(e.code!) } }
+  const reports: Array<[number, string | undefined]> = []
+  const ops = new TaggedOps(owner, (tag, error) => reports.push([tag, error?.code]), capacity)
+  const entry = (wrId: number, status = 0) => ({ wrId, status, qpn: 1, vendorError: 0 }) as CompletionEntry
+  return { region: region as unknown as MemoryRegion & { inflight: number }, owner, reports, ops, entry }
+}
+
+describe('TaggedOps', () => {
+  it('reports each request once by its tag, and holds its region until then; through many laps of the ring', () => {
+    const { region, owner, reports, ops, entry } = setup(3) // a ring of 4
+    for (let lap = 0; lap < 50; lap++) {
+      const ids = [ops.add(region, 3 * lap, false), ops.add(region, 3 * lap + 1, true), ops.add(region, 3 * lap + 2, false)]
+      expect(region.inflight).toBe(3)
+      expect(ops.inFlight).toBe(3)
+      for (const id of ids) ops.complete(entry(id))
+      ops.complete(entry(ids[0]!)) // a second completion for a finished request: ignored
+    }
+    expect(reports).toEqual(Array.from({ length: 150 }, (_, i) => [i, undefined]))
+    expect(region.inflight).toBe(0)
+    expect(owner.finished).toBe(150)
+  })
+
+  it('ignores wr_ids it never gave out (stale, or below the tagged range)', () => {
+    const { region, reports, ops, entry } = setup(4)
+    const id = ops.add(region, 9, false)
+    ops.complete(entry(id + 4)) // the same slot, another sequence number
+    ops.complete(entry(TAGGED_WR_ID_BASE - 1))
+    expect(reports).toEqual([])
+    ops.complete(entry(id))
+    expect(reports).toEqual([[9, undefined]])
+  })
+
+  it('an error completion reports the error, fails the QP (not for a flush) and still releases', () => {
+    const { region, owner, reports, ops, entry } = setup(4)
+    const a = ops.add(region, 1, false)
+    const b = ops.add(region, 2, true)
+    ops.complete(entry(a, 10)) // REM_ACCESS_ERR
+    ops.complete(entry(b, 5)) // WR_FLUSH_ERR
+    expect(reports).toEqual([[1, 'REM_ACCESS_ERR'], [2, 'WR_FLUSH_ERR']])
+    expect(owner.failures).toEqual(['REM_ACCESS_ERR'])
+    expect(region.inflight).toBe(0)
+  })
+
+  it('abandonAll reports the rest after the current call, once; a request already reported by reportAll is not reported again', async () => {
+    const { region, reports, ops, entry } = setup(4)
+    const a = ops.add(region, 1, false)
+    ops.add(region, 2, false)
+    ops.reportAll(new RdmaError('cq failed', { code: 'ERR_CQ' }))
+    expect(reports).toEqual([])
+    await Promise.resolve()
+    expect(reports).toEqual([[1, 'ERR_CQ'], [2, 'ERR_CQ']])
+    ops.complete(entry(a)) // its completion came after all: not reported twice
+    ops.add(region, 3, false)
+    ops.abandonAll(new RdmaError('closed', { code: 'ERR_CLOSED' }))
+    expect(region.inflight).toBe(0)
+    await Promise.resolve()
+    expect(reports).toEqual([[1, 'ERR_CQ'], [2, 'ERR_CQ'], [3, 'ERR_CLOSED']])
+  })
+
+  it('reports found while a post dispatches are held, then delivered in order by deliverHeld() or a microtask', async () => {
+    const { region, reports, ops, entry } = setup(8)
+    const ids = [1, 2, 3].map((tag) => ops.add(region, tag, false))
+    afterPost.dispatching = true
+    try {
+      for (const id of ids.slice(0, 2)) ops.complete(entry(id))
+    } finally {
+      afterPost.dispatching = false
+    }
+    expect(reports).toEqual([])
+    expect(reportsHeld()).toBe(true)
+    deliverHeld() // what cq.poll() does
+    expect(reports).toEqual([[1, undefined], [2, undefined]])
+    afterPost.dispatching = true
+    ops.complete(entry(ids[2]!))
+    afterPost.dispatching = false
+    await Promise.resolve()
+    expect(reports).toEqual([[1, undefined], [2, undefined], [3, undefined]])
+    expect(reportsHeld()).toBe(false)
+  })
+})
