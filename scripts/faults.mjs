@@ -25,8 +25,8 @@ await build({
   // The library itself stays outside the bundle (it finds its native addon next to dist/).
   plugins: [{ name: 'library', setup: (b) => b.onResolve({ filter: /\/dist\/index\.js$/ }, () => ({ path: 'node-ibverbs', external: true })) }],
 })
-// The peer process the campaign kills and restarts, next to the bundle (it is found relative to it).
-copyFileSync(join(root, 'test', 'two-host', 'faults', 'peer-server.mjs'), join(root, 'bench', 'results', 'peer-server.mjs'))
+// The peer processes the campaign kills and restarts, next to the bundle (they are found relative to it).
+for (const peer of ['peer-server.mjs', 'transfer-peer.mjs']) copyFileSync(join(root, 'test', 'two-host', 'faults', peer), join(root, 'bench', 'results', peer))
 const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--topology', 'two-host', '--timeout', '5400', '--',
   process.execPath, bundle], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] })
 let text = ''

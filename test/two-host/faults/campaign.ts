@@ -13,6 +13,7 @@ import { newDataConnection, openSession, peer, role, type Session } from './sess
 import type { Round } from './verbs-round.js'
 import { clearNetem, figure, leakView, netem } from './wire.js'
 import { netemTransferRound, openTransfer, transferLinkFlap } from './transfer-round.js'
+import { transferPeerDeath } from './transfer-death.js'
 
 const MiB = 1 << 20
 const BIG = Number(process.env.FAULTS_BYTES || 64 * MiB)
@@ -140,7 +141,7 @@ await step('link flap (down 3 s, mid-transfer)', async () => {
 await step('a connection closed while the link is down (3 s), then a reconnect', async () => {
   const result = await closeWhileDown(s, { downMs: 3000, round: small(310) })
   const failures = result.after.problems.map((p) => `new connection: ${p}`)
-  if ('cmIds' in result && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
+  if ('cmIds' in result && result.cmIds && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
   return { data: result, failures }
 })
 
@@ -173,6 +174,14 @@ for (const [i, [name, args]] of ONLY_QUICK ? [] : SETTINGS.entries()) {
     return { data: { netem: args.join(' '), ...result, transfer, perftest }, failures: [...result.problems, ...transfer.problems.map((p) => `transfer engine: ${p}`)] }
   })
 }
+
+// The same under the transfer engine: host 1's agent process killed in the middle of host 0's writes, then restarted.
+if (!ONLY_NETEM) await step('kill -9 of the peer agent mid-transfer, then restart (transfer engine)', async () => {
+  const result = await transferPeerDeath(t, s.control, { timeoutMs: 60_000 })
+  const failures = [...result.problems]
+  if (role === '1' && !same(result.peerAfterKill, { qp: 0, cq: 0, pd: 0, mr: 0, cm_id: 0, fds: 0 })) failures.push('the kernel still holds objects of the killed agent')
+  return { data: result, failures }
+})
 
 // Last: host 1's guest powers itself off in the middle of host 0's transfer.
 if (!ONLY_NETEM) await step('peer guest powered off mid-transfer', async () => {

@@ -207,13 +207,13 @@ export async function closeWhileDown(s: Session, options: { downMs: number; roun
 const PEER_PORT = 7490
 const peerScript = fileURLToPath(new URL('./peer-server.mjs', import.meta.url))
 
-/** Host 1: starts the peer-server process (generation `gen`) and waits until it listens. */
-function startPeer(gen: number): Promise<{ pid: number; kill: (signal: NodeJS.Signals) => Promise<void>; stop: () => Promise<void> }> {
-  const child = spawn(process.execPath, [peerScript, process.env.SOFTROCE_ADDR!, String(PEER_PORT), String(gen)], { stdio: ['pipe', 'pipe', 'inherit'] })
+/** Host 1: starts a peer process (peer-server.mjs unless told; generation `gen`) and waits until it listens. */
+export function startPeer(gen: number, script = peerScript, port = PEER_PORT): Promise<{ pid: number; kill: (signal: NodeJS.Signals) => Promise<void>; stop: () => Promise<void> }> {
+  const child = spawn(process.execPath, [script, process.env.SOFTROCE_ADDR!, String(port), String(gen)], { stdio: ['pipe', 'pipe', 'inherit'] })
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   return new Promise((resolve, reject) => {
     let out = ''
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`peer-server did not start: ${out}`)) }, 120_000)
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`${script} did not start: ${out}`)) }, 120_000)
     child.stdout!.on('data', (chunk) => {
       out += chunk
       if (!out.includes('listening')) return
