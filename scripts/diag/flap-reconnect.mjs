@@ -21,6 +21,11 @@ const pd = device.allocPd()
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const sh = (cmd, args) => { try { return execFileSync(cmd, args, { encoding: 'utf8', timeout: 10_000 }).trim() } catch (e) { return `(${e.message.split('\n')[0]})` } }
 const t0 = performance.now()
+// The longest the event loop went without running a 50 ms timer (a blocked thread shows here).
+let lastTick = performance.now()
+let maxGap = 0
+setInterval(() => { const now = performance.now(); maxGap = Math.max(maxGap, now - lastTick - 50); lastTick = now }, 50).unref()
+const gap = () => { const g = maxGap; maxGap = 0; return `${Math.round(g)} ms` }
 const at = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`
 
 if (role === '0') {
@@ -64,7 +69,7 @@ if (role === '0') {
       if (n === 1 || n === 10) console.log(`  neigh: ${sh('ip', ['neigh', 'show', 'dev', netdev])} | gids: ${JSON.stringify(device.gids(1))}\n  QP1: ${sh('rdma', ['res', 'show', 'qp', 'lqpn', '1'])}\n  stats: ${sh('rdma', ['statistic', 'show'])}`)
       if (!ok) await sleep(1000)
     }
-    console.log(`${at()} flap ${flap}: ${ok ? 'reconnected' : 'NOT reconnected within 90 attempts'}`)
+    console.log(`${at()} flap ${flap}: ${ok ? 'reconnected' : 'NOT reconnected within 90 attempts'}; longest event-loop stall ${gap()}`)
   }
 }
 device.close()

@@ -65,7 +65,7 @@ describe(`faults across two hosts (this is host ${role})`, () => {
 
   // On rxe 6.1 an rdma_cm message sent while the port is down loses that host's rdma_cm for good
   // (docs/reliability.md, "Link flaps"). If one of these two fails, the files after this one fail too.
-  test('a connection closed while its link is down: the host connects again at its first attempt once the link is back, moves verified data, and the cm_id count returns to the baseline', async () => {
+  test('a connection closed while its link is down: the host connects again once the link is back (a timed-out first attempt is reported and retried once), moves verified data, and the cm_id count returns to the baseline', async () => {
     const result = await closeWhileDown(s, { downMs: 1500, round: round(60) })
     figure({ fault: 'connection closed while the link is down (CI)', ...result })
     expect(result.after.problems).toEqual([])

@@ -54,7 +54,7 @@ export async function openSession(maxBytes: number): Promise<Session> {
 }
 
 /** Both hosts: a fresh data connection (the old one, if any, is the caller's to close). */
-export async function newDataConnection(s: Session): Promise<void> {
+export async function newDataConnection(s: Session, options: { onTimeout?: (error: Error) => void } = {}): Promise<void> {
   if (role === '0') {
     s.control.send({ type: 'listening' })
     const request = await s.listener!.accept()
@@ -65,7 +65,14 @@ export async function newDataConnection(s: Session): Promise<void> {
     s.region = region
   } else {
     await s.control.expect('listening')
-    s.conn = await connectRetrying(peer, DATA_PORT, s.pd, false, ACK_TIMEOUT)
+    try {
+      s.conn = await connectRetrying(peer, DATA_PORT, s.pd, false, ACK_TIMEOUT)
+    } catch (error) {
+      // With onTimeout, a connect that timed out is reported there and tried once more.
+      if (!options.onTimeout || (error as { code?: string }).code !== 'ETIMEDOUT') throw error
+      options.onTimeout(error as Error)
+      s.conn = await connectRetrying(peer, DATA_PORT, s.pd, false, ACK_TIMEOUT)
+    }
     s.remote = remoteRegion(decodeDescriptors(s.conn.privateData)[0])
   }
 }
