@@ -11,7 +11,7 @@ import { parse, roceV2Ipv4GidIndex, run } from '../../../bench/perftest.mjs'
 import { closeWhileDown, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
 import type { Round } from './verbs-round.js'
-import { clearNetem, figure, leakView, netem } from './wire.js'
+import { clearNetem, figure, leakView, netem, same } from './wire.js'
 import { netemTransferRound, openTransfer, transferLinkFlap } from './transfer-round.js'
 import { transferPeerDeath } from './transfer-death.js'
 
@@ -59,7 +59,6 @@ async function step(fault: string, fn: () => Promise<{ data: object; failures: s
   }
 }
 
-const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
 
 /** ib_write_bw, 64 KiB x (BIG / 64 KiB), host 1 -> host 0, with the same netem on both egresses. */
 async function perftestUnder(s: Session, args: string[], port: number): Promise<unknown> {

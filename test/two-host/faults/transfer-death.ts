@@ -11,7 +11,7 @@ import type { Control } from './control.js'
 import { startPeer } from './scenarios.js'
 import { role } from './session.js'
 import type { TransferSession } from './transfer-round.js'
-import { counts, leakView, track, type Counts, type Settled } from './wire.js'
+import { counts, leakView, same, track, type Counts, type Settled } from './wire.js'
 
 const PORT = 7491
 const script = fileURLToPath(new URL('./transfer-peer.mjs', import.meta.url))
@@ -70,7 +70,7 @@ export async function transferPeerDeath(t: TransferSession, control: Control, op
   if (uncoded.length) problems.push(`writes rejected without a code: ${uncoded.join('; ')}`)
   t.agent.closePeer(peer)
   const after = counts()
-  if (JSON.stringify(leakView(after, before)) !== JSON.stringify(before)) problems.push(`counts after closing the dead peer: ${JSON.stringify(after)} against ${JSON.stringify(before)}`)
+  if (!same(leakView(after, before), before)) problems.push(`counts after closing the dead peer: ${JSON.stringify(after)} against ${JSON.stringify(before)}`)
   // The peer comes back on the same address and port.
   await control.expect('tpeer-up', 180_000)
   const fresh = await t.agent.connect({ host, port: PORT, timeoutMs: 30_000 })
@@ -90,7 +90,7 @@ export async function transferPeerDeath(t: TransferSession, control: Control, op
   t.agent.closePeer(fresh)
   control.send({ type: 'trestart-done' })
   const afterClose = counts()
-  if (JSON.stringify(leakView(afterClose, before)) !== JSON.stringify(before)) problems.push(`counts after closing the restarted peer: ${JSON.stringify(afterClose)}`)
+  if (!same(leakView(afterClose, before), before)) problems.push(`counts after closing the restarted peer: ${JSON.stringify(afterClose)}`)
   return {
     before, after, writes: settled.length, completed: settled.filter((r) => r.ok).length, codes,
     maxSettleMs: Math.max(...settled.map((r) => r.ms)), peerAfterKill: peerAfterKill as Counts,

@@ -113,6 +113,9 @@ export function leakView(now: Counts, baseline: Counts): Counts {
   return { ...now, fds: now.fds <= baseline.fds ? baseline.fds : now.fds }
 }
 
+/** Whether two plain values (counts, results) are equal, field by field in order. */
+export const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b)
+
 export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex')
 }
