@@ -14,14 +14,23 @@ const CHECKS = {
   ud: '400 UD datagrams of 1 KiB: each one that arrives is intact (sha256 per sequence number), the others are counted as lost',
   flap: 'ip link set eth0 down, 3 s, up on host 1 during 16 WRITEs of 1 MiB: PORT_ERR then PORT_ACTIVE; every WRITE settles; resolved ones left the right bytes; a new connection moves verified data',
   kill: 'SIGKILL of the peer process during WRITEs/READs: every promise settles, `rdma resource show` counts and fds back to baseline; the kernel frees the dead process\'s objects; the restarted peer (same address and port) gets a fresh connection with verified data and nothing of the old one',
+  cmDown: 'host 1 uses rdma_cm while its link is down (3 s): closes its connection, disconnects it, or rejects a request and re-listens on the same port; then reconnects: the first attempt works, verified data moves, the kernel\'s cm_id count returns to the baseline',
+  engineKill: 'SIGKILL of the peer\'s transfer agent during host 0\'s writes of random blocks: every write settles, counts and fds back to baseline, the kernel frees the dead process\'s objects; a restarted agent gets the blocks written to it and nothing else',
   poweroff: 'host 1\'s guest powers off (sysrq o) during WRITEs/READs: every promise settles within its timeoutMs, counts and fds back to baseline',
 }
+
+const settledCodes = (r) => Object.entries(r.codes ?? {}).map(([k, v]) => `${v}× ${k}`).join(', ')
 
 /** The transfer engine's round of a netem step (test/two-host/faults/transfer-round.ts): random blocks over 2 QPs, write with a notification, read back. */
 function transferFigure(h0, h1) {
   const t1 = h1?.transfer
   const t0 = h0?.transfer
   if (!t1 && !t0) return 'not run under this fault'
+  if (t1?.first) { // a link flap (transferLinkFlap)
+    const f = t1.first
+    return `the write the flap hit: ${f.ok ? 'resolved' : f.code} after ${ms(f.ms)} (${f.bytesLanded} bytes known landed); ` +
+      `next round reconnected: ${t1.after?.blocks} blocks, ${t1.after?.bytesVerified} bytes verified by host 1, ${t0?.after?.bytesVerified} by host 0${t1.problems.length ? `; ${t1.problems.join('; ')}` : ''}`
+  }
   const problems = [...(t1?.problems ?? [])]
   return `${t1?.blocks ?? t0?.blocks} blocks, ${t1?.workRequests} WRs: write + notification ${t1?.writeMBps} MiB/s, read ${t1?.readMBps} MiB/s; ` +
     `${t1?.bytesVerified} bytes verified by host 1, ${t0?.bytesVerified} by host 0${problems.length ? `; ${problems.join('; ')}` : ''}`
@@ -52,15 +61,23 @@ export function table(rows) {
     } else if (fault.startsWith('link flap')) {
       check = CHECKS.flap
       const ev = h1?.events ?? []
-      figure = `events ${ev.map((e) => e.type).join(', ')}; ${h1?.completed} of ${h1?.settled?.length} WRITEs resolved (bytes verified by host 0, ${h0?.wrong?.length} wrong), the rest rejected (${codes(h1?.settled ?? [])}), last settled after ${ms(h1?.maxSettleMs)}; new connection: ${h1?.after?.bytesVerified} bytes verified`
+      figure = `events ${ev.map((e) => e.type).join(', ')}; ${h1?.completed} of ${h1?.settled?.length} WRITEs resolved (bytes verified by host 0, ${h0?.wrong?.length} wrong), ${h1?.completed === h1?.settled?.length ? "none rejected" : `the rest rejected (${codes(h1?.settled ?? [])})`}, last settled after ${ms(h1?.maxSettleMs)}; new connection: ${h1?.after?.bytesVerified} bytes verified`
+    } else if (fault.startsWith('rdma_cm while the link is down') || fault.startsWith('a connection closed while')) {
+      check = CHECKS.cmDown
+      figure = `${h1?.how ?? 'close'} while down${h1?.downCallMs >= 0 ? ` (returned in ${ms(h1.downCallMs)})` : ''}; reconnect ${ms(h1?.reconnectMs)} after PORT_ACTIVE${h1?.stalls?.length ? `, first attempt timed out: ${h1.stalls.length}` : ', first attempt'}; cm_ids ${h1?.cmIds?.before} before, ${h1?.cmIds?.whileDown} while down, ${h1?.cmIds?.after} after; ${h1?.after?.bytesVerified} bytes verified on the new connection${h0?.rejectedWith ? `; host 0's rejected request: ${h0.rejectedWith}` : ''}`
+    } else if (fault.startsWith('kill -9 of the peer agent')) {
+      check = CHECKS.engineKill
+      const r = h0 ?? {}
+      lines.push(`| ${fault} | ${check} | (engine only) | ${r.writes} writes: ${r.completed} resolved, ${settledCodes(r)}, last settled after ${ms(r.maxSettleMs)}; counts before: ${counts(r.before)}; after: ${counts(r.after)}; killed agent after SIGKILL: ${counts(h1?.peerAfterKill)}; restarted agent: blocks verified ${r.restart?.verified}, rest untouched ${r.restart?.untouched}, counts after closing it: ${counts(r.restart?.afterClose)} | ${(h0?.result === 'fail' || h1?.result === 'fail') ? `fail: ${[...(h0?.failures ?? []), ...(h1?.failures ?? [])].join('; ')}` : 'pass'} |`)
+      continue
     } else if (fault.startsWith('kill -9')) {
       check = CHECKS.kill
       const r = h0 ?? {}
-      figure = `${r.requests} requests: ${r.completed} resolved, ${Object.entries(r.codes ?? {}).map(([k, v]) => `${v}× ${k}`).join(', ')}, last settled after ${ms(r.maxSettleMs)}, 'disconnected' ${r.disconnected ? 'emitted' : 'NOT emitted'}; counts before: ${counts(r.before)}; after: ${counts(r.after)}; killed process after SIGKILL: ${counts(h1?.peerAfterKill)}; restart: greeting of generation ${r.restart?.generation}, region otherwise untouched: ${r.restart?.untouched}, 1 MiB verified: ${r.restart?.verified}, counts after: ${counts(r.restart?.afterRestart)}`
+      figure = `${r.requests} requests: ${r.completed} resolved, ${settledCodes(r)}, last settled after ${ms(r.maxSettleMs)}, 'disconnected' ${r.disconnected ? 'emitted' : 'NOT emitted'}; counts before: ${counts(r.before)}; after: ${counts(r.after)}; killed process after SIGKILL: ${counts(h1?.peerAfterKill)}; restart: greeting of generation ${r.restart?.generation}, region otherwise untouched: ${r.restart?.untouched}, 1 MiB verified: ${r.restart?.verified}, counts after: ${counts(r.restart?.afterRestart)}`
     } else if (fault.startsWith('peer guest powered off')) {
       check = CHECKS.poweroff
       const r = h0 ?? {}
-      figure = `${r.requests} requests: ${r.completed} resolved, ${Object.entries(r.codes ?? {}).map(([k, v]) => `${v}× ${k}`).join(', ')}, last settled after ${ms(r.maxSettleMs)}, 'disconnected' ${r.disconnected ? 'emitted' : 'not emitted'}; counts before: ${counts(r.before)}; after: ${counts(r.after)}`
+      figure = `${r.requests} requests: ${r.completed} resolved, ${settledCodes(r)}, last settled after ${ms(r.maxSettleMs)}, 'disconnected' ${r.disconnected ? 'emitted' : 'not emitted'}; counts before: ${counts(r.before)}; after: ${counts(r.after)}`
     } else {
       check = CHECKS.netem
       const p = h1?.perftest ?? h0?.perftest

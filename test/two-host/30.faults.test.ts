@@ -4,7 +4,7 @@
 // with SIGKILL and restarted. Both guests run this file; host 0 is passive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { envMissing, needs } from '../rdma/needs.js'
-import { closeWhileDown, linkFlap, netemRound, peerDeath, type DeathResult } from './faults/scenarios.js'
+import { cmWhileDown, linkFlap, netemRound, peerDeath, type DeathResult, type WhileDown } from './faults/scenarios.js'
 import { openSession, role, type Session } from './faults/session.js'
 import type { Round } from './faults/verbs-round.js'
 import { netemTransferRound, openTransfer, transferLinkFlap, type TransferSession } from './faults/transfer-round.js'
@@ -64,13 +64,21 @@ describe(`faults across two hosts (this is host ${role})`, () => {
   })
 
   // On rxe 6.1 an rdma_cm message sent while the port is down loses that host's rdma_cm for good
-  // (docs/reliability.md, "Link flaps"). If one of these two fails, the files after this one fail too.
-  test('a connection closed while its link is down: the host connects again once the link is back (a timed-out first attempt is reported and retried once), moves verified data, and the cm_id count returns to the baseline', async () => {
-    const result = await closeWhileDown(s, { downMs: 1500, round: round(60) })
-    figure({ fault: 'connection closed while the link is down (CI)', ...result })
-    expect(result.after.problems).toEqual([])
-    if ('cmIds' in result) expect(result.cmIds.after, 'cm_ids after the reconnect and the link back').toBe(result.cmIds.before)
-  })
+  // (docs/reliability.md, "Link flaps"). If one of these fails, the tests after it fail too.
+  const whileDown: Array<[WhileDown, string, number]> = [
+    ['close', 'a connection closed', 60],
+    ['disconnect', 'a connection disconnected', 61],
+    ['reject', 'a connection request rejected and its listener closed and opened again on the same port', 62],
+  ]
+  for (const [how, what, seed] of whileDown) {
+    test(`${what} while the link is down: the host connects again once the link is back (a timed-out first attempt is reported and retried once), moves verified data, and the cm_id count returns to the baseline`, async () => {
+      const result = await cmWhileDown(s, { how, downMs: 1500, round: round(seed) })
+      figure({ fault: `rdma_cm while the link is down: ${how} (CI)`, ...result })
+      expect(result.after.problems).toEqual([])
+      if ('cmIds' in result && result.cmIds) expect(result.cmIds.after, 'cm_ids after the reconnect and the link back').toBe(result.cmIds.before)
+      if ('rejectedWith' in result) expect(result.rejectedWith, "host 0's request to the listener host 1 rejected while down").not.toBe('connected')
+    })
+  }
 
   test('the transfer engine under a link flap: the write it hits settles (resolved and checked, or coded), and the next round reconnects and moves verified blocks', async () => {
     const result = await transferLinkFlap(t, s.control, { downMs: 1500, round: { bytes: 2 << 20, seed: 70, timeoutMs: 60_000 } })

@@ -8,7 +8,7 @@
 // step prints one FAULT-FIGURE line with its checks and pass/fail.
 // @ts-expect-error plain ESM without types
 import { parse, roceV2Ipv4GidIndex, run } from '../../../bench/perftest.mjs'
-import { closeWhileDown, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
+import { cmWhileDown, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
 import type { Round } from './verbs-round.js'
 import { clearNetem, figure, leakView, netem, same } from './wire.js'
@@ -137,12 +137,15 @@ await step('link flap (down 3 s, mid-transfer)', async () => {
   return { data: { ...result, transfer }, failures }
 })
 
-await step('a connection closed while the link is down (3 s), then a reconnect', async () => {
-  const result = await closeWhileDown(s, { downMs: 3000, round: small(310) })
-  const failures = result.after.problems.map((p) => `new connection: ${p}`)
-  if ('cmIds' in result && result.cmIds && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
-  return { data: result, failures }
-})
+for (const [i, how] of (['close', 'disconnect', 'reject'] as const).entries()) {
+  await step(`rdma_cm while the link is down (3 s): ${how}, then a reconnect`, async () => {
+    const result = await cmWhileDown(s, { how, downMs: 3000, round: small(310 + i) })
+    const failures = result.after.problems.map((p) => `new connection: ${p}`)
+    if ('cmIds' in result && result.cmIds && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
+    if ('rejectedWith' in result && result.rejectedWith === 'connected') failures.push('the request rejected while down got connected')
+    return { data: result, failures }
+  })
+}
 
 await step('kill -9 of the peer mid-transfer, then restart on the same address and port', async () => {
   const result = await peerDeath(s, { how: 'kill', restart: true, timeoutMs: 60_000 })

@@ -37,7 +37,7 @@ export function setLink(state: 'up' | 'down'): void {
  * down), then up: returns the device's
  * async events meanwhile, with when PORT_ERR and PORT_ACTIVE came (ms from the start).
  */
-export async function flapLink(device: Device, downMs: number, whileDown?: () => void): Promise<{ events: Array<{ type: string; ms: number }>; errAt: number; activeAt: number }> {
+export async function flapLink(device: Device, downMs: number, whileDown?: () => void | Promise<void>): Promise<{ events: Array<{ type: string; ms: number }>; errAt: number; activeAt: number }> {
   const events: Array<{ type: string; ms: number }> = []
   const start = performance.now()
   const onEvent = (event: AsyncEvent) => events.push({ type: event.type, ms: performance.now() - start })
@@ -45,7 +45,7 @@ export async function flapLink(device: Device, downMs: number, whileDown?: () =>
   try {
     setLink('down')
     const errAt = await waitFor(events, 'PORT_ERR', 30_000)
-    whileDown?.()
+    await whileDown?.()
     await new Promise((resolve) => setTimeout(resolve, downMs))
     setLink('up')
     const activeAt = await waitFor(events, 'PORT_ACTIVE', 60_000)
