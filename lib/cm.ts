@@ -577,6 +577,28 @@ function privateData(value: unknown, name: string, max: number): Uint8Array | un
   return value
 }
 
+// The kernel's address resolution (rdma_resolve_ip, Linux 6.1) can miss a neighbour entry that
+// becomes valid between its first lookup and queueing the request: an ARP answered at once, as
+// after a link flap emptied the neighbour table. It then waits out the whole timeout it was given,
+// with the neighbour REACHABLE. So each attempt gets at most ADDR_ATTEMPT_MS, and an attempt that
+// timed out is tried again until the caller's deadline.
+const ADDR_ATTEMPT_MS = 1000
+const ETIMEDOUT = 110
+
+async function resolveAddress(id: CmIdHandle, host: string, port: number, timeoutMs: number, deadline: number, left: () => WaitOptions): Promise<void> {
+  for (;;) {
+    const attemptMs = Math.max(1, Math.min(ADDR_ATTEMPT_MS, deadline - Date.now()))
+    try {
+      await id.step('resolve address', () => id.native.resolveAddr(host, port, attemptMs), 'ADDR_RESOLVED', left())
+      return
+    } catch (error) {
+      const kernelTimedOut = (error as RdmaError).code === 'ADDR_ERROR' && Math.abs((error as { cmStatus?: number }).cmStatus ?? 0) === ETIMEDOUT
+      if (!kernelTimedOut) throw error
+      if (Date.now() >= deadline) throw new RdmaError(`resolve address timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb: 'resolve address', cause: error })
+    }
+  }
+}
+
 /** Connects to a listener: resolves the address and route, sets up an RC QP, and connects. */
 export async function connect(options: ConnectionOptions): Promise<Connection> {
   const o = object(options, 'options')
@@ -590,7 +612,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
   const id = channel().createId()
   let connection: Connection | undefined
   try {
-    await id.step('resolve address', () => id.native.resolveAddr(host, port, Math.max(1, deadline - Date.now())), 'ADDR_RESOLVED', left())
+    await resolveAddress(id, host, port, wait.timeoutMs!, deadline, left)
     await id.step('resolve route', () => id.native.resolveRoute(Math.max(1, deadline - Date.now())), 'ROUTE_RESOLVED', left())
     connection = new Connection(id, o as ConnectionSetup, undefined)
     hook(o.beforeConnect, 'options.beforeConnect')?.(connection.qp)

@@ -15,6 +15,7 @@ const CHECKS = {
   flap: 'ip link set eth0 down, 3 s, up on host 1 during 16 WRITEs of 1 MiB: PORT_ERR then PORT_ACTIVE; every WRITE settles; resolved ones left the right bytes; a new connection moves verified data',
   kill: 'SIGKILL of the peer process during WRITEs/READs: every promise settles, `rdma resource show` counts and fds back to baseline; the kernel frees the dead process\'s objects; the restarted peer (same address and port) gets a fresh connection with verified data and nothing of the old one',
   cmDown: 'host 1 uses rdma_cm while its link is down (3 s): closes its connection, disconnects it, or rejects a request and re-listens on the same port; then reconnects: the first attempt works, verified data moves, the kernel\'s cm_id count returns to the baseline',
+  neighFlush: 'host 1 empties its neighbour table before each of 30 connects (timeoutMs 5000): every connect succeeds (the kernel can miss the ARP answer; connect() resolves in attempts of 1 s)',
   engineKill: 'SIGKILL of the peer\'s transfer agent during host 0\'s writes of random blocks: every write settles, counts and fds back to baseline, the kernel frees the dead process\'s objects; a restarted agent gets the blocks written to it and nothing else',
   poweroff: 'host 1\'s guest powers off (sysrq o) during WRITEs/READs: every promise settles within its timeoutMs, counts and fds back to baseline',
 }
@@ -65,6 +66,10 @@ export function table(rows) {
     } else if (fault.startsWith('rdma_cm while the link is down') || fault.startsWith('a connection closed while')) {
       check = CHECKS.cmDown
       figure = `${h1?.how ?? 'close'} while down${h1?.downCallMs >= 0 ? ` (returned in ${ms(h1.downCallMs)})` : ''}; reconnect ${ms(h1?.reconnectMs)} after PORT_ACTIVE${h1?.stalls?.length ? `, first attempt timed out: ${h1.stalls.length}` : ', first attempt'}; cm_ids ${h1?.cmIds?.before} before, ${h1?.cmIds?.whileDown} while down, ${h1?.cmIds?.after} after; ${h1?.after?.bytesVerified} bytes verified on the new connection${h0?.rejectedWith ? `; host 0's rejected request: ${h0.rejectedWith}` : ''}`
+    } else if (fault.startsWith('connect after a neighbour flush')) {
+      check = CHECKS.neighFlush
+      const slow = (h1?.outcomes ?? []).filter((o) => !o.startsWith('ok') || Number(o.split(' ')[1]) > 900)
+      figure = `${h1?.connected} of ${h1?.rounds} connected; ${slow.length} needed a second attempt or failed${slow.length ? ` (${slow.join(', ')})` : ''}`
     } else if (fault.startsWith('kill -9 of the peer agent')) {
       check = CHECKS.engineKill
       const r = h0 ?? {}

@@ -8,7 +8,7 @@
 // step prints one FAULT-FIGURE line with its checks and pass/fail.
 // @ts-expect-error plain ESM without types
 import { parse, roceV2Ipv4GidIndex, run } from '../../../bench/perftest.mjs'
-import { cmWhileDown, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
+import { cmWhileDown, connectAfterNeighbourFlush, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
 import type { Round } from './verbs-round.js'
 import { clearNetem, figure, leakView, netem, same } from './wire.js'
@@ -143,9 +143,16 @@ for (const [i, how] of (['close', 'disconnect', 'reject'] as const).entries()) {
     const failures = result.after.problems.map((p) => `new connection: ${p}`)
     if ('cmIds' in result && result.cmIds && result.cmIds.after !== result.cmIds.before) failures.push(`cm_ids ${result.cmIds.before} before, ${result.cmIds.after} after`)
     if ('rejectedWith' in result && result.rejectedWith === 'connected') failures.push('the request rejected while down got connected')
+    if (result.stalls?.length) failures.push(`first reconnect attempts that timed out: ${result.stalls.join('; ')}`)
     return { data: result, failures }
   })
 }
+
+await step('connect after a neighbour flush, 30 times', async () => {
+  const result = await connectAfterNeighbourFlush(s, 30)
+  const failed = result.outcomes?.filter((o) => !o.startsWith('ok')) ?? []
+  return { data: result, failures: failed.length ? [`connects that failed: ${failed.join(', ')}`] : [] }
+})
 
 await step('kill -9 of the peer mid-transfer, then restart on the same address and port', async () => {
   const result = await peerDeath(s, { how: 'kill', restart: true, timeoutMs: 60_000 })
