@@ -17,6 +17,7 @@ const CHECKS = {
   cmDown: 'host 1 uses rdma_cm while its link is down (3 s): closes its connection, disconnects it, or rejects a request and re-listens on the same port; then reconnects: the first attempt works, verified data moves, the kernel\'s cm_id count returns to the baseline',
   neighFlush: 'host 1 empties its neighbour table before each of 30 connects (timeoutMs 5000): every connect succeeds (the kernel can miss the ARP answer; connect() resolves in attempts of 1 s)',
   engineKill: 'SIGKILL of the peer\'s transfer agent during host 0\'s writes of random blocks: every write settles, counts and fds back to baseline, the kernel frees the dead process\'s objects; a restarted agent gets the blocks written to it and nothing else',
+  enginePoweroff: 'host 1\'s guest powers off (sysrq o) during host 0\'s writes of random blocks to a transfer agent there: every write settles, coded, within its timeoutMs (20 s) + 5 s; once host 0 closes the peer, counts and fds back to baseline',
   poweroff: 'host 1\'s guest powers off (sysrq o) during WRITEs/READs: every promise settles within its timeoutMs, counts and fds back to baseline',
 }
 
@@ -70,6 +71,10 @@ export function table(rows) {
       check = CHECKS.neighFlush
       const slow = (h1?.outcomes ?? []).filter((o) => !o.startsWith('ok') || Number(o.split(' ')[1]) > 900)
       figure = `${h1?.connected} of ${h1?.rounds} connected; ${slow.length} needed a second attempt or failed${slow.length ? ` (${slow.join(', ')})` : ''}`
+    } else if (fault.startsWith('peer guest powered off') && fault.includes('transfer engine')) {
+      const r = h0 ?? {}
+      lines.push(`| ${fault} | ${CHECKS.enginePoweroff} | (engine only) | ${r.writes} writes: ${r.completed} resolved, ${settledCodes(r)}, last settled after ${ms(r.maxSettleMs)}; counts before: ${counts(r.before)}; after closing the peer: ${counts(r.after)} | ${h0?.result === 'fail' ? `fail: ${(h0.failures ?? []).join('; ')}` : 'pass'} |`)
+      continue
     } else if (fault.startsWith('kill -9 of the peer agent')) {
       check = CHECKS.engineKill
       const r = h0 ?? {}

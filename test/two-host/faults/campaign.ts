@@ -27,6 +27,9 @@ const ONLY_QUICK = process.env.FAULTS_ONLY === 'quick'
 // whose names are listed (comma-separated, e.g. 'clean wire,loss 1%').
 const NETEM_READ = process.env.FAULTS_NETEM_READ !== '0'
 const ONLY_SETTINGS = process.env.FAULTS_SETTINGS?.split(',').map((name) => name.trim())
+// The guest powers off once per boot, in the last step: FAULTS_POWEROFF=engine makes it happen under
+// the transfer engine's writes instead of the verbs API's (the default, 'verbs').
+const POWEROFF_ENGINE = process.env.FAULTS_POWEROFF === 'engine'
 const big = (seed: number): Round => ({ bytes: BIG, sends: 64, sendSize: 4096, atomics: 64, seed, timeoutMs: BOUND })
 const small = (seed: number): Round => ({ bytes: 2 * MiB, sends: 16, sendSize: 4096, atomics: 32, seed, timeoutMs: 120_000 })
 
@@ -193,11 +196,15 @@ if (!ONLY_NETEM) await step('kill -9 of the peer agent mid-transfer, then restar
 })
 
 // Last: host 1's guest powers itself off in the middle of host 0's transfer.
-if (!ONLY_NETEM) await step('peer guest powered off mid-transfer', async () => {
+if (!ONLY_NETEM && !POWEROFF_ENGINE) await step('peer guest powered off mid-transfer', async () => {
   const result = await peerDeath(s, { how: 'poweroff', restart: false, timeoutMs: 20_000 })
   if (role === '1') return { data: {}, failures: [] }
   const death = result as DeathResult
   return { data: death, failures: same(leakView(death.after, death.before), death.before) ? [] : ['counts after closing differ from the baseline'] }
+})
+if (!ONLY_NETEM && POWEROFF_ENGINE) await step('peer guest powered off mid-transfer (transfer engine)', async () => {
+  const result = await transferPeerDeath(t, s.control, { how: 'poweroff', timeoutMs: 20_000 })
+  return { data: result, failures: [...result.problems] }
 })
 
 t.close()

@@ -317,6 +317,15 @@ export function startPeer(gen: number, script = peerScript, port = PEER_PORT): P
   })
 }
 
+/** Host 1: powers this guest off (the rest of the campaign's steps run on host 0 alone); never returns. */
+export async function powerOffGuest(): Promise<never> {
+  // The status the harness reads when the command ends (guest-setup.sh), written first: this guest stops here.
+  const { writeFileSync } = await import('node:fs')
+  writeFileSync('/.softroce/status', '0\n')
+  writeFileSync('/proc/sysrq-trigger', 'o')
+  return new Promise<never>(() => {})
+}
+
 export interface DeathResult {
   before: Counts; after: Counts; requests: number; completed: number; codes: Record<string, number>
   maxSettleMs: number; disconnected: boolean; restart?: { generation: unknown; untouched: boolean; verified: boolean; afterRestart: Counts }
@@ -337,12 +346,7 @@ export async function peerDeath(s: Session, options: { how: 'kill' | 'poweroff';
     s.control.send({ type: 'peer-up' })
     await s.control.expect(options.how)
     if (options.how === 'poweroff') {
-      // The status the harness reads when the command ends (guest-setup.sh), written first: this guest stops here.
-      const { writeFileSync } = await import('node:fs')
-      writeFileSync('/.softroce/status', '0\n')
-      writeFileSync('/proc/sysrq-trigger', 'o')
-      await sleep(60_000)
-      return undefined
+      return powerOffGuest()
     }
     await server.kill('SIGKILL')
     // The kernel released everything the killed process held.

@@ -4,11 +4,13 @@
 // Every write must settle, coded, within its bound; once host 0 closes the
 // peer, its kernel objects and fds are back to the baseline. Then the peer
 // comes back on the same address and port: a fresh peer moves verified
-// blocks, and its segment holds nothing of the dead connection's.
+// blocks, and its segment holds nothing of the dead connection's. With
+// `how: 'poweroff'`, host 1's guest powers off instead (no restart): nothing
+// tells host 0, so every write must settle by its timeoutMs.
 import { fileURLToPath } from 'node:url'
 import { pattern, scatter } from '../../rdma/helpers.js'
 import type { Control } from './control.js'
-import { startPeer } from './scenarios.js'
+import { powerOffGuest, startPeer } from './scenarios.js'
 import { role } from './session.js'
 import type { TransferSession } from './transfer-round.js'
 import { counts, leakView, same, track, type Counts, type Settled } from './wire.js'
@@ -25,11 +27,13 @@ export interface TransferDeathResult {
   problems: string[]
 }
 
-export async function transferPeerDeath(t: TransferSession, control: Control, options: { timeoutMs: number }): Promise<TransferDeathResult> {
+export async function transferPeerDeath(t: TransferSession, control: Control, options: { timeoutMs: number; how?: 'kill' | 'poweroff' }): Promise<TransferDeathResult> {
+  const how = options.how ?? 'kill'
   if (role === '1') {
     const first = await startPeer(1, script, PORT)
     control.send({ type: 'tpeer-up' })
-    await control.expect('tkill', options.timeoutMs + 120_000)
+    await control.expect(how === 'kill' ? 'tkill' : 'tpoweroff', options.timeoutMs + 120_000)
+    if (how === 'poweroff') return powerOffGuest()
     await first.kill('SIGKILL')
     const peerAfterKill = counts(first.pid)
     control.send({ type: 'tkilled', peerAfterKill })
@@ -60,17 +64,21 @@ export async function transferPeerDeath(t: TransferSession, control: Control, op
   }
   const lanes = [lane(0), lane(1)]
   await sleep(1000)
-  control.send({ type: 'tkill' })
-  const { peerAfterKill } = await control.expect('tkilled', 120_000)
+  control.send({ type: how === 'kill' ? 'tkill' : 'tpoweroff' })
+  const peerAfterKill = how === 'kill' ? (await control.expect('tkilled', 120_000)).peerAfterKill as Counts : undefined
   await Promise.all(lanes)
   const settled = await Promise.all(writes)
   const codes: Record<string, number> = {}
   for (const r of settled) if (!r.ok) codes[r.code!] = (codes[r.code!] ?? 0) + 1
+  const late = settled.filter((r) => r.ms > options.timeoutMs + 5000).length
+  if (late) problems.push(`${late} writes settled more than 5 s after their timeoutMs (${options.timeoutMs} ms)`)
   const uncoded = Object.keys(codes).filter((code) => !/^[A-Z][A-Z0-9_]*$/.test(code))
   if (uncoded.length) problems.push(`writes rejected without a code: ${uncoded.join('; ')}`)
   t.agent.closePeer(peer)
   const after = counts()
   if (!same(leakView(after, before), before)) problems.push(`counts after closing the dead peer: ${JSON.stringify(after)} against ${JSON.stringify(before)}`)
+  const figures = { before, after, writes: settled.length, completed: settled.filter((r) => r.ok).length, codes, maxSettleMs: Math.max(...settled.map((r) => r.ms)) }
+  if (how === 'poweroff') return { ...figures, problems }
   // The peer comes back on the same address and port.
   await control.expect('tpeer-up', 180_000)
   const fresh = await t.agent.connect({ host, port: PORT, timeoutMs: 30_000 })
@@ -91,9 +99,5 @@ export async function transferPeerDeath(t: TransferSession, control: Control, op
   control.send({ type: 'trestart-done' })
   const afterClose = counts()
   if (!same(leakView(afterClose, before), before)) problems.push(`counts after closing the restarted peer: ${JSON.stringify(afterClose)}`)
-  return {
-    before, after, writes: settled.length, completed: settled.filter((r) => r.ok).length, codes,
-    maxSettleMs: Math.max(...settled.map((r) => r.ms)), peerAfterKill: peerAfterKill as Counts,
-    restart: { verified, untouched, afterClose }, problems,
-  }
+  return { ...figures, peerAfterKill, restart: { verified, untouched, afterClose }, problems }
 }
