@@ -160,6 +160,11 @@ export class MemoryRegion extends Resource {
     return remoteRegion(this.describe())
   }
 
+  /** @internal Whether the region can be named in a new work request (assertUsable() says why not). */
+  get usable(): boolean {
+    return this.#open && !(this.#jsBacking !== undefined && this.#jsBacking.byteLength === 0)
+  }
+
   /** @internal Throws unless the region can be named in a new work request. */
   assertUsable(): void {
     if (!this.#open) throw closedError(this.kind)

@@ -574,12 +574,18 @@ export class QueuePair extends Resource {
     else cq.pollAfterDispatch() // posted from a handler: polled for when that dispatch ends
   }
 
+  /** ERR_QP_STATE: the QP's state does not allow posting to `queue`. */
+  #wrongState(verb: string, queue: 'send' | 'recv'): RdmaError {
+    const needs = queue === 'send' ? 'needs RTS: connect() first' : 'needs INIT or later'
+    return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state} (${needs})`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
+  }
+
   /** Why #takeSendSlotNow() refused, as the error a tagged post throws. */
   #cannotPostNow(verb: string): RdmaError {
     if (!this.#open) return closedError(this.kind)
     if (this.#error) return this.#stateError(verb)
     if (this.#state !== 'RTS') {
-      return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state} (needs RTS: connect() first)`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
+      return this.#wrongState(verb, 'send')
     }
     const slots = this.#sendSlots
     if (slots.used < slots.capacity && this.sendCq.credits.used < this.sendCq.credits.capacity) {
@@ -642,9 +648,10 @@ export class QueuePair extends Resource {
 
   /**
    * The hot path of postBatch(): every operation a write or read of one slice
-   * with no immediate or inline data, none over the max message size. Each is
-   * checked as #sendWr checks it and encoded straight into the send buffer (no
-   * work request objects). Returns false (nothing done) when an operation is
+   * with no immediate or inline data, none empty or over the max message size.
+   * Each is checked as #sendWr checks it, and the batch is encoded straight into
+   * the send buffer by one call (no work request objects). Each distinct region
+   * is held once. Returns false (nothing done) when an operation is
    * not that simple or fails a check: the general path then says why.
    */
   #simpleBatch(operations: readonly BatchOperation[], wait: WaitOptions, mode: 'last' | 'each', baseFlags: number,
@@ -652,35 +659,38 @@ export class QueuePair extends Resource {
     const n = operations.length
     const locals: LocalSlice[] = new Array(n)
     const remotes: RemoteSlice[] = new Array(n)
-    const regions: MemoryRegion[] = new Array(n)
-    const isRead: boolean[] = new Array(n)
+    const reads: number[] = new Array(n)
+    const maxMessage = this.#maxMessage
+    const readable = this.type === 'RC'
+    const writable = this.type !== 'UD'
+    // The distinct regions, held once each: a batch usually names one.
+    let firstRegion: MemoryRegion | undefined
+    let regions: MemoryRegion[] | undefined
     for (let i = 0; i < n; i++) {
       const op = operations[i] as { op?: unknown; local?: unknown; remote?: unknown; immediate?: unknown; inline?: unknown }
       if (typeof op !== 'object' || op === null) return false
       const local = op.local
       const remote = op.remote
       const read = op.op === 'read'
-      if ((!read && op.op !== 'write') || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) ||
+      if (!(read ? readable : op.op === 'write' && writable) || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) ||
         op.immediate !== undefined || (op.inline !== undefined && op.inline !== false)) return false
+      const length = local.length
+      if (remote.length !== length || length === 0 || length > maxMessage) return false
       const region = local.region
-      if (region.pd !== this.pd || remote.length !== local.length || local.length > this.#maxMessage ||
-        (read ? this.type !== 'RC' : this.type === 'UD')) return false
-      try { region.assertUsable() } catch { return false }
+      if (region !== firstRegion) {
+        if (region.pd !== this.pd || !region.usable) return false // the general path says why
+        if (firstRegion === undefined) firstRegion = region
+        else if (regions === undefined) regions = [firstRegion, region]
+        else if (!regions.includes(region)) regions.push(region)
+      }
       locals[i] = local
       remotes[i] = remote
-      regions[i] = region
-      isRead[i] = read
+      reads[i] = read ? 1 : 0
     }
-    const verb = n === 1 ? (isRead[0] ? 'read' : 'write') : 'batch'
-    this.#submit('send', verb, n, regions, wait, resolve, reject, noResult, (first, enc) => {
-      for (let i = 0; i < n; i++) {
-        const local = locals[i]!
-        const remote = remotes[i]!
-        const flags = mode === 'each' || i === n - 1 ? baseFlags | SendFlags.Signaled : baseFlags
-        enc.addOne(first + i, isRead[i] ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, flags, local.region.address + local.offset, local.length,
-          local.region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-      }
-    })
+    const verb = n === 1 ? (reads[0] === 1 ? 'read' : 'write') : 'batch'
+    const signalEach = mode === 'each'
+    this.#submit('send', verb, n, regions ?? firstRegion!, wait, resolve, reject, noResult,
+      (first, enc) => enc.addRdmaColumns(first, n, locals, remotes, reads, baseFlags, signalEach))
     return true
   }
 
@@ -1057,7 +1067,7 @@ export class QueuePair extends Resource {
     this.assertOpen()
     if (this.#error) throw this.#stateError(verb)
     if (queue === 'send' ? this.#state !== 'RTS' : this.#state === 'RESET') {
-      throw new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state}${queue === 'send' ? ' (needs RTS: connect() first)' : ' (needs INIT or later)'}`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
+      throw this.#wrongState(verb, queue)
     }
     const slots = queue === 'send' ? this.#sendSlots : this.#recvSlots
     const credits = (queue === 'send' ? this.sendCq : this.recvCq).credits

@@ -3,6 +3,8 @@
 import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from './native.js'
 import { RdmaError } from './errors.js'
 import { writeU64 } from './u64.js'
+import { SendFlags, WrOpcode } from './constants.js'
+import type { LocalSlice, RemoteSlice } from './memory.js'
 
 const SEND_HEADER = SEND_HEADER_WORDS // 16
 const RECV_HEADER = RECV_HEADER_WORDS // 4
@@ -135,6 +137,44 @@ export class WorkRequestEncoder {
     }
     this.count++
     return at
+  }
+
+  /**
+   * `n` RDMA WRITEs (or READs where `reads[i]` is 1) of one SGE each, with
+   * wr_ids `first` .. `first + n - 1`, only the last signaled unless
+   * `signalEach`: postBatch()'s hot path, one call per batch (a call per
+   * request passes its 64-bit address as a heap number). The caller checked
+   * every slice: a length of 1 .. the max message size, within its region.
+   */
+  addRdmaColumns(first: number, n: number, locals: readonly LocalSlice[], remotes: readonly RemoteSlice[], reads: readonly number[],
+    baseFlags: number, signalEach: boolean): void {
+    const stride = SEND_HEADER + SGE_WORDS
+    let at = this.reserve(n * stride)
+    const w = this.words
+    const last = n - 1
+    for (let i = 0; i < n; i++, at += stride) {
+      const local = locals[i]!
+      const remote = remotes[i]!
+      const region = local.region
+      const wrId = first + i
+      const address = region.address + local.offset
+      w[at] = wrId >>> 0
+      w[at + 1] = Math.floor(wrId / TWO_32)
+      w[at + 2] = reads[i] === 1 ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
+      w[at + 3] = signalEach || i === last ? baseFlags | SendFlags.Signaled : baseFlags
+      w[at + 4] = 1
+      // Words 5 (immediate data) and 9-12 (atomic operands) are read only for the opcodes that carry them,
+      // 14-15 (UD destination) only when word 13 names an address handle.
+      w[at + 6] = remote.addrLo
+      w[at + 7] = remote.addrHi
+      w[at + 8] = remote.region.rkey
+      w[at + 13] = 0
+      w[at + 16] = address >>> 0
+      w[at + 17] = Math.floor(address / TWO_32)
+      w[at + 18] = local.length
+      w[at + 19] = region.lkey
+    }
+    this.count += n
   }
 
   /** Sets the 64-bit operands of the atomic written at `at` by addOne(). */
