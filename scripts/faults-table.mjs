@@ -28,6 +28,10 @@ function transferFigure(h0, h1) {
   const t1 = h1?.transfer
   const t0 = h0?.transfer
   if (!t1 && !t0) return 'not run under this fault'
+  if (t1?.first && t1.timeoutMs) { // 100% loss (transferTotalLoss)
+    const f = t1.first
+    return `write under 100% loss: ${f.ok ? 'resolved (!)' : f.code} after ${ms(f.ms)} (timeoutMs ${t1.timeoutMs}); next write on a clean wire: ${t1.after?.blocks} blocks, ${t1.after?.bytesVerified} bytes verified by host 1, ${t0?.after?.bytesVerified} by host 0${t1.problems.length ? `; ${t1.problems.join('; ')}` : ''}`
+  }
   if (t1?.first) { // a link flap (transferLinkFlap)
     const f = t1.first
     return `the write the flap hit: ${f.ok ? 'resolved' : f.code} after ${ms(f.ms)} (${f.bytesLanded} bytes known landed); ` +

@@ -217,3 +217,39 @@ export async function transferLinkFlap(t: TransferSession, control: Control, opt
   const after = await active(t, control, { ...options.round, seed: seed + 10 })
   return { first, events, after, problems: [...problems, ...after.problems] }
 }
+
+/**
+ * Host 1 drops every packet it sends while its agent writes random blocks to
+ * host 0 with `timeoutMs`: the write must reject with a code, within its
+ * bound (the engine's QPs retry without end on rxe: retryCount 7), and the
+ * next round, with the wire clean, moves verified blocks (over the same link,
+ * or a new one if the engine closed the failed one).
+ */
+export async function transferTotalLoss(t: TransferSession, control: Control, options: { timeoutMs: number; round: TransferRound }) {
+  const { bytes, seed } = options.round
+  const problems: string[] = []
+  if (role === '0') {
+    control.send({ type: 'loss-ready' })
+    await control.expect('loss-settled', options.timeoutMs + 120_000)
+    const after = await passive(t, control, { ...options.round, seed: seed + 10 })
+    return { after, problems: after.problems }
+  }
+  const pieces = scatter(bytes, seed + 1, 16)
+  t.segment.bytes.set(pattern(bytes, seed + 1), 0)
+  await control.expect('loss-ready', 120_000)
+  const start = performance.now()
+  netem(['loss', '100%'])
+  let first: { ok: boolean; code?: string; ms: number }
+  try {
+    first = await t.agent.write(t.peer!, pieces.map((p) => ({ local: [t.segment, p.src], remote: [SEGMENT, bytes + p.dst], length: p.length })), { timeoutMs: options.timeoutMs })
+      .then(() => ({ ok: true, ms: performance.now() - start }), (error: { code?: string }) => ({ ok: false, code: error.code, ms: performance.now() - start }))
+  } finally {
+    clearNetem()
+  }
+  if (first.ok) problems.push('the write resolved with every packet dropped')
+  else if (typeof first.code !== 'string') problems.push('the write rejected without a code')
+  if (first.ms > options.timeoutMs + 5000) problems.push(`the write settled ${Math.round(first.ms)} ms after it began, past its timeoutMs (${options.timeoutMs}) + 5 s`)
+  control.send({ type: 'loss-settled' })
+  const after = await active(t, control, { ...options.round, seed: seed + 10 })
+  return { first, timeoutMs: options.timeoutMs, after, problems: [...problems, ...after.problems] }
+}
