@@ -18,7 +18,7 @@ import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
 import { readU64LE } from './u64.js'
-import { handlerBusy, TAGGED_WR_ID_BASE, TaggedOps, type CompletionHandler } from './tagged-ops.js'
+import { handlerBusy, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
@@ -259,6 +259,12 @@ const isU32 = (value: unknown): boolean => typeof value === 'number' && value >>
 const noResult = (): undefined => undefined
 /** Default options object: lets the hot path skip option parsing. */
 const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
+// Tagged requests: indexes into TAGGED_VERBS, and each one's opcode.
+const TAGGED_WRITE = 0
+const TAGGED_READ = 1
+const TAGGED_FETCH_ADD = 2
+const TAGGED_CMP_SWAP = 3
+const TAGGED_OPCODES = [WrOpcode.RdmaWrite, WrOpcode.RdmaRead, WrOpcode.AtomicFetchAndAdd, WrOpcode.AtomicCmpAndSwp]
 
 export class QueuePair extends Resource {
   protected readonly kind = 'QueuePair'
@@ -494,7 +500,8 @@ export class QueuePair extends Resource {
 
   /**
    * The lower-level completion path: `handler(tag, error)` is called once for
-   * each request posted with postWrite() or postRead(): from the event loop
+   * each request posted with postWrite(), postRead(), postFetchAndAdd() or
+   * postCompareAndSwap(): from the event loop
    * (the CQ's channel or busy poll), from `cq.poll()`, from `qp.close()` (what
    * the device completed before it), or in a microtask right after a post
    * that found completions by polling; never from inside a post call.
@@ -523,17 +530,31 @@ export class QueuePair extends Resource {
    * ERR_CLOSED). At most the port's max message size (no splitting).
    */
   postWrite(local: LocalSlice, remote: RemoteSlice, tag: number): void {
-    this.#postTagged(false, local, remote, tag)
+    this.#postTagged(TAGGED_WRITE, local, remote, tag, 0n, 0n)
   }
 
   /** One signaled RDMA READ (RC), as postWrite(). */
   postRead(local: LocalSlice, remote: RemoteSlice, tag: number): void {
-    this.#postTagged(true, local, remote, tag)
+    this.#postTagged(TAGGED_READ, local, remote, tag, 0n, 0n)
   }
 
-  #postTagged(read: boolean, local: LocalSlice, remote: RemoteSlice, tag: number): void {
+  /**
+   * One atomic fetch-and-add (RC) on the 8 bytes of `remote`, as postWrite():
+   * the value before the addition lands in `local` (8 bytes of a region of
+   * this PD, little-endian as the remote word) by the time `tag` is reported.
+   */
+  postFetchAndAdd(local: LocalSlice, remote: RemoteSlice, add: bigint, tag: number): void {
+    this.#postTagged(TAGGED_FETCH_ADD, local, remote, tag, add, 0n)
+  }
+
+  /** One atomic compare-and-swap (RC), as postFetchAndAdd(): the old value lands in `local`. */
+  postCompareAndSwap(local: LocalSlice, remote: RemoteSlice, compare: bigint, swap: bigint, tag: number): void {
+    this.#postTagged(TAGGED_CMP_SWAP, local, remote, tag, compare, swap)
+  }
+
+  #postTagged(verbIndex: number, local: LocalSlice, remote: RemoteSlice, tag: number, first: bigint, second: bigint): void {
     const tagged = this.#tagged
-    const verb = read ? 'read' : 'write'
+    const verb = TAGGED_VERBS[verbIndex]!
     if (tagged === undefined) {
       this.assertOpen()
       throw new RdmaError(`Cannot post a tagged ${verb}: set a completion handler first (qp.setCompletionHandler())`, { code: 'ERR_NO_HANDLER', verb, qpn: this.qpn })
@@ -545,21 +566,32 @@ export class QueuePair extends Resource {
     region.assertUsable()
     if (region.pd !== this.pd) throw wrongPd('local')
     const length = local.length
-    if (remote.length !== length) throw rangeError(`a remote slice of ${length} bytes (the local length)`, 'remote.length', remote.length)
-    if (read ? this.type !== 'RC' : this.type === 'UD') {
-      throw new RdmaError(`${verb} needs ${read ? 'an RC QP' : 'a connected QP (RC or UC)'}`, { code: 'ERR_QP_TYPE', verb, qpn: this.qpn })
+    const atomic = verbIndex >= TAGGED_FETCH_ADD
+    let compareAdd = 0n
+    let swap = 0n
+    if (atomic) {
+      if (length !== 8) throw rangeError('a local slice of 8 bytes', 'local.length', length)
+      if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
+      compareAdd = uint64(first, verbIndex === TAGGED_FETCH_ADD ? 'add' : 'compare')
+      if (verbIndex === TAGGED_CMP_SWAP) swap = uint64(second, 'swap')
+    } else if (remote.length !== length) {
+      throw rangeError(`a remote slice of ${length} bytes (the local length)`, 'remote.length', remote.length)
+    }
+    if (verbIndex === TAGGED_WRITE ? this.type === 'UD' : this.type !== 'RC') {
+      throw new RdmaError(`${verb} needs ${verbIndex === TAGGED_WRITE ? 'a connected QP (RC or UC)' : 'an RC QP'}`, { code: 'ERR_QP_TYPE', verb, qpn: this.qpn })
     }
     if (length > this.#maxMessage && this.#overMaxMessage(length)) {
       throw new RdmaError(`Cannot ${verb} ${length} bytes in one tagged request: at most ${this.#maxMessage} (the port's max message size); qp.${verb}() splits`, { code: 'ERR_MESSAGE_TOO_LARGE', verb, qpn: this.qpn })
     }
     if (!this.#takeSendSlotNow()) throw this.#cannotPostNow(verb)
     if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
-    const wrId = tagged.add(region, tag, read)
+    const wrId = tagged.add(region, tag, verbIndex)
     this.#ledger.send.addPending(this)
     const batch = this.#taggedBatch
     batch.encoder.reset()
-    batch.encoder.addOne(wrId, read ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, SendFlags.Signaled, region.address + local.offset, length,
+    const at = batch.encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, region.address + local.offset, length,
       region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    if (atomic) batch.encoder.setAtomicOperands(at, compareAdd, swap)
     // Polls in the same native call when it may: the device often completes the request inside the post.
     const cq = this.sendCq
     const poll = cq.mayPollInline() ? 1 : 0

@@ -8,6 +8,9 @@ import { RdmaError } from './errors.js'
 import { completionError, type CompletionEntry } from './pending.js'
 import type { MemoryRegion } from './memory.js'
 
+/** The verbs a tagged request can be, by the index its ring slot keeps. */
+export const TAGGED_VERBS = ['write', 'read', 'fetchAndAdd', 'compareAndSwap'] as const
+
 /** Called once per tagged request: `error` is undefined when it succeeded. */
 export type CompletionHandler = (tag: number, error: RdmaError | undefined) => void
 
@@ -96,7 +99,7 @@ export class TaggedOps {
   readonly #regions: Array<MemoryRegion | undefined>
   readonly #tags: Uint32Array
   readonly #seqs: Float64Array
-  readonly #reads: Uint8Array
+  readonly #verbs: Uint8Array // index into TAGGED_VERBS
   /** Already reported (the CQ failed): its completion or abandonment is not reported again. */
   readonly #reported: Uint8Array
   #next = 0
@@ -108,7 +111,7 @@ export class TaggedOps {
     this.#regions = new Array<MemoryRegion | undefined>(size).fill(undefined)
     this.#tags = new Uint32Array(size)
     this.#seqs = new Float64Array(size).fill(-1)
-    this.#reads = new Uint8Array(size)
+    this.#verbs = new Uint8Array(size)
     this.#reported = new Uint8Array(size)
   }
 
@@ -117,13 +120,13 @@ export class TaggedOps {
    * CQ credit, so at most `capacity` are in flight and slots never collide);
    * returns its wr_id.
    */
-  add(region: MemoryRegion, tag: number, read: boolean): number {
+  add(region: MemoryRegion, tag: number, verb: number): number {
     const seq = this.#next++
     const slot = seq & this.#mask
     this.#regions[slot] = region
     this.#tags[slot] = tag
     this.#seqs[slot] = seq
-    this.#reads[slot] = read ? 1 : 0
+    this.#verbs[slot] = verb
     this.#reported[slot] = 0
     region.inflight++
     this.inFlight++
@@ -141,7 +144,7 @@ export class TaggedOps {
     const slot = this.#slotOf(entry.wrId)
     if (slot < 0) return
     const tag = this.#tags[slot]!
-    const verb = this.#reads[slot] ? 'read' : 'write'
+    const verb = TAGGED_VERBS[this.#verbs[slot]!]!
     const reported = this.#reported[slot] === 1
     this.#release(slot)
     if (reported) return

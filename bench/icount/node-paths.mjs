@@ -92,7 +92,7 @@ function tagged({ c, s }) {
     }
     c.qp.postRead(local, remote, 2)
   })
-  return { read: sync((l, r, t) => c.qp.postRead(l, r, t)), write: sync((l, r, t) => c.qp.postWrite(l, r, t)), chain }
+  return { read: sync((l, r, t) => c.qp.postRead(l, r, t)), write: sync((l, r, t) => c.qp.postWrite(l, r, t)), fadd: sync((l, r, t) => c.qp.postFetchAndAdd(l, r, 1n, t)), chain }
 }
 
 function paths() {
@@ -131,6 +131,7 @@ function taggedRows() {
   return [
     { label: 'tagged read: qp.postRead + cq.poll() until reported', sync: onBusy.read },
     { label: 'tagged write: qp.postWrite + cq.poll() until reported', sync: onBusy.write },
+    ...(typeof busy.c.qp.postFetchAndAdd === 'function' ? [{ label: 'tagged fetchAndAdd: qp.postFetchAndAdd + cq.poll() until reported', sync: onBusy.fadd }] : []),
     { label: 'tagged read chain, reported from the event loop (busy CQ)', chain: onBusy.chain },
     { label: 'tagged read chain, reported from the event loop (event CQ)', chain: onEvent.chain },
   ]

@@ -4,7 +4,7 @@
 // closing reports what is left; regions stay held while the device uses them.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { RemoteRegion, type Device, type RdmaError } from '../../dist/index.js'
-import { connectedPair, pattern, testDevice, within, type Side } from './helpers.js'
+import { connectedPair, pattern, setU64, testDevice, u64, within, type Side } from './helpers.js'
 
 let device: Device
 const pairs: Array<() => void> = []
@@ -44,7 +44,7 @@ function recorder(side: Side) {
   return { reports, state, post, until }
 }
 
-describe('tagged operations (qp.postWrite / qp.postRead)', () => {
+describe('tagged operations (qp.postWrite / qp.postRead / qp.postFetchAndAdd / qp.postCompareAndSwap)', () => {
   for (const pollMode of ['busy', 'event'] as const) {
     it(`writes and reads move the right bytes; each tag is reported once, never inside its post (${pollMode} CQ)`, async () => {
       const { a, b } = await pair(pollMode)
@@ -164,5 +164,42 @@ describe('tagged operations (qp.postWrite / qp.postRead)', () => {
     await r.until(64)
     for (const [, list] of r.reports) expect(list).toEqual(['ERR_CLOSED'])
     extra.deregister()
+  })
+
+  it('tagged atomics: 200 fetch-and-adds chained from the handler land exactly once each (every old value seen once); compare-and-swap leaves its old value; bad operands throw at once', async () => {
+    const { a, b } = await pair('event')
+    setU64(b.region, 1024, 1000n)
+    const remote = b.region.asRemote().slice(1024, 8)
+    const olds: bigint[] = []
+    const errors: Array<string | undefined> = []
+    let posted = 0
+    let resolveDone!: () => void
+    const done = new Promise<void>((resolve) => { resolveDone = resolve })
+    const post = () => { a.qp.postFetchAndAdd(a.region.slice(8 * (posted % 16), 8), remote, 1n, posted); posted++ }
+    a.qp.setCompletionHandler((tag, error) => {
+      errors.push(error?.code)
+      olds.push(u64(a.region, 8 * (tag % 16)))
+      if (posted < 200) post()
+      else if (olds.length === 200) resolveDone()
+    })
+    post()
+    await within(done, 30_000, '200 fetch-and-adds')
+    expect(errors.every((e) => e === undefined)).toBe(true)
+    expect([...olds].sort((x, y) => (x < y ? -1 : 1))).toEqual(Array.from({ length: 200 }, (_, i) => 1000n + BigInt(i)))
+    expect(u64(b.region, 1024)).toBe(1200n)
+
+    const casDone = new Promise<string | undefined>((resolve) => a.qp.setCompletionHandler((_tag, error) => resolve(error?.code)))
+    a.qp.postCompareAndSwap(a.region.slice(512, 8), remote, 1200n, 0xdead_beef_0000_0001n, 9)
+    expect(await within(casDone, 10_000, 'the compare-and-swap')).toBeUndefined()
+    expect(u64(a.region, 512)).toBe(1200n)
+    expect(u64(b.region, 1024)).toBe(0xdead_beef_0000_0001n)
+
+    const code = (fn: () => void) => { try { fn(); return 'no error' } catch (error) { return (error as RdmaError).code } }
+    expect(code(() => a.qp.postFetchAndAdd(a.region.slice(0, 4), remote, 1n, 1))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => a.qp.postFetchAndAdd(a.region.slice(0, 8), b.region.asRemote().slice(0, 16), 1n, 1))).toBe('ERR_OUT_OF_RANGE')
+    expect(code(() => a.qp.postFetchAndAdd(a.region.slice(0, 8), remote, 1 as unknown as bigint, 1))).toBe('ERR_INVALID_ARG_TYPE')
+    expect(code(() => a.qp.postCompareAndSwap(a.region.slice(0, 8), remote, 0n, -1n, 1))).toBe('ERR_OUT_OF_RANGE')
+    expect(u64(b.region, 1024), 'nothing was posted by the refused calls').toBe(0xdead_beef_0000_0001n)
+    expect(a.qp.outstanding).toBe(0)
   })
 })

@@ -3,10 +3,13 @@
 // finished or foreign requests are ignored; reports found by a post are held
 // and delivered after it, in order.
 import { describe, expect, it } from 'vitest'
-import { afterPost, deliverHeld, reportsHeld, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/tagged-ops.js'
+import { afterPost, deliverHeld, reportsHeld, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/tagged-ops.js'
 import { RdmaError } from '../../lib/errors.js'
 import type { CompletionEntry } from '../../lib/pending.js'
 import type { MemoryRegion } from '../../lib/memory.js'
+
+const WRITE = TAGGED_VERBS.indexOf('write')
+const READ = TAGGED_VERBS.indexOf('read')
 
 function setup(capacity: number) {
   const region = { inflight: 0, released() { this.inflight-- } }
@@ -21,7 +24,7 @@ describe('TaggedOps', () => {
   it('reports each request once by its tag, and holds its region until then; through many laps of the ring', () => {
     const { region, owner, reports, ops, entry } = setup(3) // a ring of 4
     for (let lap = 0; lap < 50; lap++) {
-      const ids = [ops.add(region, 3 * lap, false), ops.add(region, 3 * lap + 1, true), ops.add(region, 3 * lap + 2, false)]
+      const ids = [ops.add(region, 3 * lap, WRITE), ops.add(region, 3 * lap + 1, READ), ops.add(region, 3 * lap + 2, WRITE)]
       expect(region.inflight).toBe(3)
       expect(ops.inFlight).toBe(3)
       for (const id of ids) ops.complete(entry(id))
@@ -34,7 +37,7 @@ describe('TaggedOps', () => {
 
   it('ignores wr_ids it never gave out (stale, or below the tagged range)', () => {
     const { region, reports, ops, entry } = setup(4)
-    const id = ops.add(region, 9, false)
+    const id = ops.add(region, 9, WRITE)
     ops.complete(entry(id + 4)) // the same slot, another sequence number
     ops.complete(entry(TAGGED_WR_ID_BASE - 1))
     expect(reports).toEqual([])
@@ -44,8 +47,8 @@ describe('TaggedOps', () => {
 
   it('an error completion reports the error, fails the QP (not for a flush) and still releases', () => {
     const { region, owner, reports, ops, entry } = setup(4)
-    const a = ops.add(region, 1, false)
-    const b = ops.add(region, 2, true)
+    const a = ops.add(region, 1, WRITE)
+    const b = ops.add(region, 2, READ)
     ops.complete(entry(a, 10)) // REM_ACCESS_ERR
     ops.complete(entry(b, 5)) // WR_FLUSH_ERR
     expect(reports).toEqual([[1, 'REM_ACCESS_ERR'], [2, 'WR_FLUSH_ERR']])
@@ -55,14 +58,14 @@ describe('TaggedOps', () => {
 
   it('abandonAll reports the rest after the current call, once; a request already reported by reportAll is not reported again', async () => {
     const { region, reports, ops, entry } = setup(4)
-    const a = ops.add(region, 1, false)
-    ops.add(region, 2, false)
+    const a = ops.add(region, 1, WRITE)
+    ops.add(region, 2, WRITE)
     ops.reportAll(new RdmaError('cq failed', { code: 'ERR_CQ' }))
     expect(reports).toEqual([])
     await Promise.resolve()
     expect(reports).toEqual([[1, 'ERR_CQ'], [2, 'ERR_CQ']])
     ops.complete(entry(a)) // its completion came after all: not reported twice
-    ops.add(region, 3, false)
+    ops.add(region, 3, WRITE)
     ops.abandonAll(new RdmaError('closed', { code: 'ERR_CLOSED' }))
     expect(region.inflight).toBe(0)
     await Promise.resolve()
@@ -71,7 +74,7 @@ describe('TaggedOps', () => {
 
   it('reports found while a post dispatches are held, then delivered in order by deliverHeld() or a microtask', async () => {
     const { region, reports, ops, entry } = setup(8)
-    const ids = [1, 2, 3].map((tag) => ops.add(region, tag, false))
+    const ids = [1, 2, 3].map((tag) => ops.add(region, tag, WRITE))
     afterPost.dispatching = true
     try {
       for (const id of ids.slice(0, 2)) ops.complete(entry(id))
