@@ -87,7 +87,7 @@ function parseRegions(text) {
   return text.split('\n').filter((l) => l.startsWith('REGION ')).map((line) => {
     const f = line.split(' ')
     const get = (k) => Number(f[f.indexOf(k) + 1])
-    return { user: get('user'), kernel: get('kernel') }
+    return { user: get('user'), kernel: get('kernel'), tbs: f.includes('tbs_user') ? get('tbs_user') + get('tbs_kernel') : undefined }
   })
 }
 
@@ -103,11 +103,11 @@ export function rows(labels, regions) {
     if (runs.length === 2 && runs[1].n > runs[0].n) {
       const [a, b] = runs
       const n = b.n - a.n
-      return { label: a.label, n, user: (b.user - a.user) / n, kernel: (b.kernel - a.kernel) / n, us: b.us }
+      return { label: a.label, n, user: (b.user - a.user) / n, kernel: (b.kernel - a.kernel) / n, us: b.us, tbs: b.tbs === undefined ? undefined : (b.tbs - a.tbs) / n }
     }
     // The same n counted more than once: the smallest user count (V8 may compile in the background during one).
     const r = runs.reduce((best, x) => (x.user < best.user ? x : best))
-    return { label: r.label, n: r.n, user: r.user / r.n, kernel: r.kernel / r.n, us: r.us, polls: r.polls }
+    return { label: r.label, n: r.n, user: r.user / r.n, kernel: r.kernel / r.n, us: r.us, polls: r.polls, tbs: r.tbs === undefined ? undefined : r.tbs / r.n }
   })
 }
 
@@ -115,9 +115,9 @@ const k = (v) => (v >= 10000 ? `${(v / 1000).toFixed(1)}k` : v >= 1000 ? `${(v /
 
 export function markdown(table, meta) {
   const out = [`Instructions per 8-byte operation in the guest (${meta})`, '',
-    '| path | user insns/op | kernel insns/op | µs/op under the plugin | polls/op |', '|---|---:|---:|---:|---:|']
+    '| path | user insns/op | kernel insns/op | µs/op under the plugin | polls/op | blocks translated/op |', '|---|---:|---:|---:|---:|---:|']
   for (const r of table) {
-    out.push(`| ${r.label} | ${k(r.user)} | ${k(r.kernel)} | ${r.us === undefined ? '–' : r.us.toFixed(1)} | ${r.polls === undefined ? '–' : r.polls.toFixed(2)} |`)
+    out.push(`| ${r.label} | ${k(r.user)} | ${k(r.kernel)} | ${r.us === undefined ? '–' : r.us.toFixed(1)} | ${r.polls === undefined ? '–' : r.polls.toFixed(2)} | ${r.tbs === undefined ? '–' : r.tbs.toFixed(2)} |`)
   }
   return out.join('\n') + '\n'
 }

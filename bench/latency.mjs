@@ -40,6 +40,18 @@ async function child(argv) {
         c.qp.postRead(local, remote, i)
         while (!reported) c.cq.poll()
       }
+    } else if (what === 'tagged-fadd') { // tagged fetch-and-adds, 16 in flight, each reposted from the handler
+      const depth = 16
+      await new Promise((resolveAll) => {
+        let posted = 0
+        let reported = 0
+        c.qp.setCompletionHandler((tag, error) => {
+          if (error) throw error
+          if (++reported === count) return resolveAll()
+          if (posted < count) c.qp.postFetchAndAdd(c.mr.slice(8 * tag, 8), remote, 1n, tag), posted++
+        })
+        for (let i = 0; i < Math.min(depth, count); i++, posted++) c.qp.postFetchAndAdd(c.mr.slice(8 * i, 8), remote, 1n, i)
+      })
     } else { // fetchAndAdd with up to 16 in flight (the device's max_rd_atomic), like ib_atomic_bw
       const depth = 16
       let posted = 0
@@ -51,7 +63,7 @@ async function child(argv) {
   const t0 = performance.now()
   await run(n)
   const us = ((performance.now() - t0) * 1000) / n
-  console.log(JSON.stringify(what === 'fadd' ? { mpps: 1 / us } : { us }))
+  console.log(JSON.stringify(what.endsWith('fadd') ? { mpps: 1 / us } : { us }))
   device.close()
 }
 
@@ -92,22 +104,23 @@ async function guest(argv) {
       const tagged = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'tagged-read', String(n)]))
       const ptAtomic = await perftest({ test: 'atomic_fadd_bw', size: 8, iters: n, txDepth: 16, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
       const oursAtomic = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'fadd', String(n)]))
-      const row = { round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: ours.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps }
+      const taggedAtomic = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'tagged-fadd', String(n)]))
+      const row = { round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: ours.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps }
       rows.push(row)
-      console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''}: READ ours ${ours.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps, ib_atomic_bw ${ptAtomic.mpps}`)
+      console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''}: READ ours ${ours.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
     }
   }
   console.log('@latency ' + JSON.stringify(rows))
 }
 
 export function markdown(rows) {
-  const out = ['| scheduling | ib_read_lat t_avg µs | C loop READ µs | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  const out = ['| scheduling | ib_read_lat t_avg µs | C loop READ µs | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw | ours tagged postFetchAndAdd Mpps | its ratio |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for (const fifo of [false, true]) {
     const r = rows.filter((x) => x.fifo === fifo)
     if (!r.length) continue
     const m = (f) => median(r.map(f))
-    out.push(`| ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
+    out.push(`| ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} | ${m((x) => x.oursTaggedAtomicMpps).toFixed(4)} | ${m((x) => x.oursTaggedAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
   }
   return out.join('\n') + `\n\n(medians over ${rows.length / 2} rounds; ratios are medians of each round's ratio)\n`
 }

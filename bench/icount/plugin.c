@@ -63,10 +63,15 @@ static struct block *blocks;
 static const char *out_path = "icount.log";
 static bool profile;
 static int regions;
+// Blocks translated since the region began, user and kernel: QEMU translates a
+// block again after a write to its page (JIT code, and data next to it), and
+// each translation costs far more host time than running the block.
+static uint64_t translations_user, translations_kernel;
 
 static void region_start(void) {
   pthread_mutex_lock(&lock);
   for (struct block *b = blocks; b; b = b->next) b->runs = 0;
+  translations_user = translations_kernel = 0;
   pthread_mutex_unlock(&lock);
 }
 
@@ -80,7 +85,8 @@ static void region_end(unsigned int tag) {
   int seq = ++regions;
   FILE *f = fopen(out_path, "a");
   if (f) {
-    fprintf(f, "REGION %d tag %u user %" PRIu64 " kernel %" PRIu64 "\n", seq, tag, user, kernel);
+    fprintf(f, "REGION %d tag %u user %" PRIu64 " kernel %" PRIu64 " tbs_user %" PRIu64 " tbs_kernel %" PRIu64 "\n", seq, tag, user,
+            kernel, translations_user, translations_kernel);
     for (struct block *b = profile ? blocks : NULL; b; b = b->next) {
       if (b->runs) fprintf(f, "TB %d %" PRIx64 " %u %" PRIu64 "\n", seq, b->vaddr, b->insns, b->runs);
     }
@@ -109,6 +115,8 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
   pthread_mutex_lock(&lock);
   b->next = blocks;
   blocks = b;
+  if (b->vaddr >= KERNEL_START) translations_kernel++;
+  else translations_user++;
   pthread_mutex_unlock(&lock);
   qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->runs, 1);
   if (b->vaddr >= KERNEL_START) return;  // markers are placed in user space only
