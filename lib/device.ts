@@ -132,6 +132,15 @@ export function openDevice(name?: string): Device {
     'Bring the netdev under the port up (ip link set <netdev> up); npx node-ibverbs devices shows each port\'s state.')
 }
 
+// Memory windows by kernel device name. Every Device object opened on a device shares its
+// rkeys: a LOCAL_INV posted through one reaches a window allocated through another.
+const windowsByDevice = new Map<string, Set<WeakRef<MemoryWindow>>>()
+function windowsOf(name: string): Set<WeakRef<MemoryWindow>> {
+  let windows = windowsByDevice.get(name)
+  if (windows === undefined) windowsByDevice.set(name, windows = new Set())
+  return windows
+}
+
 export class Device extends Resource {
   protected readonly kind = 'Device'
   /** @internal */ readonly handle: NativeContext
@@ -140,7 +149,6 @@ export class Device extends Resource {
   readonly #qps = new Map<number, WeakRef<QueuePair>>()
   readonly #srqs = new Map<number, WeakRef<SharedReceiveQueue>>()
   readonly #cqs = new Map<number, WeakRef<CompletionQueue>>()
-  readonly #windows = new Set<WeakRef<MemoryWindow>>()
   /**
    * Queue pairs a peer can reach (RTR and later), held strongly: one-sided
    * WRITEs, READs and atomics use a QP with no request of ours in flight, so
@@ -238,14 +246,19 @@ export class Device extends Resource {
   /** @internal */ untrackSrq(srq: SharedReceiveQueue): void { this.#srqs.delete(srq.kernelHandle) }
   /** @internal */ trackCq(cq: CompletionQueue): void { this.#cqs.set(cq.kernelHandle, new WeakRef(cq)) }
   /** @internal */ untrackCq(cq: CompletionQueue): void { this.#cqs.delete(cq.kernelHandle) }
-  /** @internal */ trackWindow(ref: WeakRef<MemoryWindow>): void { this.#windows.add(ref) }
-  /** @internal */ untrackWindow(ref: WeakRef<MemoryWindow>): void { this.#windows.delete(ref) }
+  /** @internal */ trackWindow(ref: WeakRef<MemoryWindow>): void { windowsOf(this.name).add(ref) }
+  /** @internal */ untrackWindow(ref: WeakRef<MemoryWindow>): void { windowsOf(this.name).delete(ref) }
 
-  /** @internal The open memory window of this device whose current rkey is `rkey`, if any (not a hot path). */
+  /**
+   * @internal The open memory window of this process on this kernel device
+   * (through any Device object: the rkey space is the kernel device's) whose
+   * current rkey is `rkey`, if any (not a hot path).
+   */
   windowWithRkey(rkey: number): MemoryWindow | undefined {
-    for (const ref of this.#windows) {
+    const windows = windowsOf(this.name)
+    for (const ref of windows) {
       const window = ref.deref()
-      if (window === undefined) this.#windows.delete(ref)
+      if (window === undefined) windows.delete(ref)
       else if (!window.closed && window.rkey === rkey) return window
     }
     return undefined

@@ -825,14 +825,30 @@ export class QueuePair extends Resource {
   }
 
   /**
-   * The type 2 window of this device that `rkey` names, marked unbound from
-   * this post on (a second invalidation is refused); refused if it is not
-   * bound now. Soft-RoCE on Linux 6.1 dereferences NULL in the kernel for a
-   * LOCAL_INV of an unbound type 2 window, and the spec makes it an error.
+   * The type 2 window that `rkey` names (this process's, on this kernel
+   * device), marked unbound from this post on (a second invalidation is
+   * refused); refused if there is none, if a bind of it is in flight, or if
+   * it is not bound now. Soft-RoCE on Linux 6.1 dereferences NULL in the
+   * kernel for a LOCAL_INV of an unbound type 2 window, and the spec makes it
+   * an error. (A type 1 window's rkey is posted: the device refuses it.)
    */
   #windowToInvalidate(rkey: number): MemoryWindow | undefined {
     const window = this.pd.device.windowWithRkey(rkey)
-    if (window === undefined || window.type !== 2 || window.binding) return undefined
+    // An rkey of no window this process knows may still name an unbound window (of another
+    // process, or closed here but not yet freed): refused, as the kernel would crash on it.
+    if (window === undefined) {
+      throw new RdmaError(`Cannot invalidate rkey ${rkey}: it names no memory window of this process on this device`, {
+        code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate', qpn: this.qpn,
+      })
+    }
+    if (window.type !== 2) return undefined // the device refuses it with a completion error
+    // While a bind is in flight the library cannot know what the device will hold: a LOCAL_INV
+    // then could unbind a window it still counts as bound, and the next one would crash the kernel.
+    if (window.binding) {
+      throw new RdmaError(`Cannot invalidate rkey ${rkey}: a bind of its memory window is in flight; wait for it first`, {
+        code: 'ERR_BUSY', verb: 'invalidate', qpn: this.qpn,
+      })
+    }
     if (!window.bound) {
       throw new RdmaError(`Cannot invalidate rkey ${rkey}: its memory window is not bound (never bound, or already invalidated)`, {
         code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate', qpn: this.qpn,

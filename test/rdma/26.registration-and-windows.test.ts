@@ -107,6 +107,26 @@ describe('type 2 memory windows', () => {
     expect(Buffer.compare(b.region.bytes.subarray(8192, 8256), pattern(64, 3))).toBe(0)
   })
 
+  // The fuzz test reset the guest this way (seed 567953476): a second Device object on the same
+  // kernel device allocated a type 2 window, and a QP of the first posted LOCAL_INV of its rkey,
+  // which the first Device did not know. The kernel's rkey space is the device's, not the context's.
+  it('an rkey no window of this process names, or one of a window opened through another Device object: refused before anything is posted', async () => {
+    const { b } = await pair(ALL_ACCESS | Access.MwBind)
+    const bounded = { timeoutMs: 60_000 }
+    const other = testDevice()
+    cleanups.unshift(() => other.close())
+    const foreign = other.allocPd().allocMemoryWindow(2) // unbound: a LOCAL_INV of it would crash rxe 6.1's kernel
+    await expect(b.qp.invalidate(foreign.rkey, bounded)).rejects.toMatchObject({ code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate' })
+    const unknown = (foreign.rkey + 0x100) >>> 0 // the next window index: nothing of ours
+    await expect(b.qp.invalidate(unknown, bounded)).rejects.toMatchObject({ code: 'ERR_WINDOW_NOT_BOUND' })
+    // Nothing reached the device: the QP still works, and a window of its own binds and is invalidated.
+    const window = b.pd.allocMemoryWindow(2)
+    cleanups.unshift(() => window.close())
+    const grant = await b.qp.bindWindow(window, b.region.slice(4096, 4096), Access.RemoteWrite, bounded)
+    await b.qp.invalidate(grant.rkey, bounded)
+    expect(b.qp.state).toBe('RTS')
+  })
+
   it('a failed bind reports no rkey: the window keeps the one it had', async () => {
     const { b } = await pair() // the region lacks Access.MwBind: the device refuses the bind
     const window = b.pd.allocMemoryWindow(2)
