@@ -1,17 +1,19 @@
 // Time ratios of the small-message paths against perftest and a C loop, in one
-// guest boot, with benchmark hygiene: warm-up first, N operations timed as a
+// guest boot, with benchmark hygiene: warm-up first (our paths run in one
+// long-lived process, warmed up for --warm-s seconds), N operations timed as a
 // whole (never each one: performance.now() costs 8-20 µs in the guest), every
 // variant interleaved with perftest round by round, and each round run twice:
 // as is, and under `chrt -f 50` (SCHED_FIFO: ksoftirqd no longer preempts the
-// poster after each post, which shows the floor).
+// poster after each post, which shows the floor; our process is switched to it
+// with chrt -a -p).
 //
-//   npm run bench -- latency [--rounds 3] [--n 2000]
+//   npm run bench -- latency [--rounds 6] [--n 2000] [--warm-s 10]
 //
 // Our READ is timed twice: `await qp.read()` and the tagged path (postRead, then cq.poll() until reported).
 //
 // Ratios: READ latency = ours / ib_read_lat t_avg (lower is better; perftest
 // busy-polls), atomics = our FETCH_ADD rate / ib_atomic_bw (higher is better).
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -21,63 +23,93 @@ const here = dirname(fileURLToPath(import.meta.url))
 const option = (argv, name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : argv[i + 1] }
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length ? (s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : NaN }
 
-/** One of our measurements in a fresh process (so that chrt applies to it): prints µs/op or Mpps. */
+/**
+ * Our measurements, from one long-lived process: every path is first warmed up
+ * for `--warm-s` seconds (V8's optimizing compiler runs on a background thread,
+ * and in the emulated guest a fresh process runs our paths 3-7x slower for its
+ * first 3-5 s: a short warm-up measures the interpreter, not the library).
+ * Then each line `<what> <n>` on stdin is answered with one JSON line (µs/op or Mpps).
+ */
 async function child(argv) {
-  const [what, n] = [argv[0], Number(argv[1])]
+  const warmMs = Number(option(argv, '--warm-s', 10)) * 1000
   const { openDevice } = await import('../dist/index.js')
   const { connectedPair } = await import('./pair.mjs')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-  const { c, s } = await connectedPair(device, 'busy')
+  const paths = {}
+  for (const what of ['read', 'tagged-read', 'fadd', 'tagged-fadd']) paths[what] = await ourPath(what, await connectedPair(device, 'busy'))
+  for (const run of Object.values(paths)) {
+    for (const t0 = performance.now(); performance.now() - t0 < warmMs;) await run(200)
+  }
+  console.log(JSON.stringify({ ready: true }))
+  const { createInterface } = await import('node:readline')
+  for await (const line of createInterface({ input: process.stdin })) {
+    const [what, count] = line.trim().split(/\s+/)
+    const n = Number(count)
+    const t0 = performance.now()
+    await paths[what](n)
+    const us = ((performance.now() - t0) * 1000) / n
+    console.log(JSON.stringify(what.endsWith('fadd') ? { mpps: 1 / us } : { us }))
+  }
+  device.close()
+}
+
+/** `run(count)` for one of our paths on its own connected pair. */
+async function ourPath(what, { c, s }) {
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
-  const run = async (count) => {
-    if (what === 'read') {
-      for (let i = 0; i < count; i++) await c.qp.read(local, remote)
-    } else if (what === 'tagged-read') { // the lower-level path: a tagged READ, then cq.poll() until it is reported, like C
-      let reported = false
-      c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
+  if (what === 'read') return async (count) => { for (let i = 0; i < count; i++) await c.qp.read(local, remote) }
+  if (what === 'tagged-read') { // the lower-level path: a tagged READ, then cq.poll() until it is reported, like C
+    let reported = false
+    c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
+    return async (count) => {
       for (let i = 0; i < count; i++) {
         reported = false
         c.qp.postRead(local, remote, i)
         while (!reported) c.cq.poll()
       }
-    } else if (what === 'tagged-fadd') { // tagged fetch-and-adds, 16 in flight, each reposted from the handler
-      const depth = 16
-      await new Promise((resolveAll) => {
-        let posted = 0
-        let reported = 0
-        c.qp.setCompletionHandler((tag, error) => {
-          if (error) throw error
-          if (++reported === count) return resolveAll()
-          if (posted < count) c.qp.postFetchAndAdd(c.mr.slice(8 * tag, 8), remote, 1n, tag), posted++
-        })
-        for (let i = 0; i < Math.min(depth, count); i++, posted++) c.qp.postFetchAndAdd(c.mr.slice(8 * i, 8), remote, 1n, i)
-      })
-    } else { // fetchAndAdd with up to 16 in flight (the device's max_rd_atomic), like ib_atomic_bw
-      const depth = 16
-      let posted = 0
-      const lane = async () => { while (posted < count) { posted++; await c.qp.fetchAndAdd(remote, 1n) } }
-      await Promise.all(Array.from({ length: depth }, lane))
     }
   }
-  await run(Math.max(200, n >> 1)) // warm-up
-  const t0 = performance.now()
-  await run(n)
-  const us = ((performance.now() - t0) * 1000) / n
-  console.log(JSON.stringify(what.endsWith('fadd') ? { mpps: 1 / us } : { us }))
-  device.close()
+  const depth = 16 // up to 16 atomics in flight (the device's max_rd_atomic), like ib_atomic_bw
+  if (what === 'tagged-fadd') { // tagged fetch-and-adds, each reposted from the handler
+    let onReport
+    c.qp.setCompletionHandler((tag, error) => { if (error) throw error; onReport(tag) })
+    return (count) => new Promise((resolveAll) => {
+      let posted = 0
+      let reported = 0
+      onReport = (tag) => {
+        if (++reported === count) return resolveAll()
+        if (posted < count) c.qp.postFetchAndAdd(c.mr.slice(8 * tag, 8), remote, 1n, tag), posted++
+      }
+      for (let i = 0; i < Math.min(depth, count); i++, posted++) c.qp.postFetchAndAdd(c.mr.slice(8 * i, 8), remote, 1n, i)
+    })
+  }
+  return async (count) => { // fetchAndAdd promises
+    let posted = 0
+    const lane = async () => { while (posted < count) { posted++; await c.qp.fetchAndAdd(remote, 1n) } }
+    await Promise.all(Array.from({ length: depth }, lane))
+  }
 }
 
-function runJson(cmd, args) {
-  return new Promise((resolveRun, reject) => {
-    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] })
-    let out = ''
-    p.stdout.on('data', (d) => { out += d })
-    p.on('error', reject)
-    p.on('close', (code) => {
-      const line = out.trim().split('\n').pop()
-      try { resolveRun(JSON.parse(line)) } catch { reject(new Error(`${cmd} ${args.join(' ')} exited ${code}: ${out}`)) }
-    })
+/** The warmed-up child: `ask(what, n)` resolves with its JSON answer; `pid` for chrt -p. */
+async function startChild(warmS) {
+  const p = spawn(process.execPath, [fileURLToPath(import.meta.url), '--child', '--warm-s', String(warmS)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  let buffered = ''
+  const waiting = []
+  p.stdout.on('data', (d) => {
+    buffered += d
+    for (let i; (i = buffered.indexOf('\n')) >= 0;) {
+      const line = buffered.slice(0, i)
+      buffered = buffered.slice(i + 1)
+      waiting.shift()?.resolve(JSON.parse(line))
+    }
   })
+  p.on('close', (code) => { for (const w of waiting.splice(0)) w.reject(new Error(`latency child exited ${code}`)) })
+  const next = () => new Promise((resolve, reject) => waiting.push({ resolve, reject }))
+  await next() // { ready: true }
+  return {
+    pid: p.pid,
+    ask: (what, n) => { const answer = next(); p.stdin.write(`${what} ${n}\n`); return answer },
+    close: () => p.stdin.end(),
+  }
 }
 
 async function guest(argv) {
@@ -85,13 +117,16 @@ async function guest(argv) {
   const device = process.env.SOFTROCE_DEVICE || 'rxe0'
   const addr = process.env.SOFTROCE_ADDR || '127.0.0.1'
   const gidIndex = roceV2Ipv4GidIndex(device)
-  const rounds = Number(option(argv, '--rounds', 3))
+  const rounds = Number(option(argv, '--rounds', 6))
   const n = Number(option(argv, '--n', 2000))
   const loop = join(here, 'icount', 'build', 'verbs-loop')
+  const ours = await startChild(Number(option(argv, '--warm-s', 10)))
   const rows = []
   for (let round = 1; round <= rounds; round++) {
     for (const fifo of [false, true]) {
       const wrap = (cmd, args) => (fifo ? ['chrt', ['-f', '50', cmd, ...args]] : [cmd, args])
+      // the warmed-up child, every thread of it, under the same policy as perftest and the C loop
+      execFileSync('chrt', fifo ? ['-a', '-f', '-p', '50', String(ours.pid)] : ['-a', '-o', '-p', '0', String(ours.pid)])
       const pt = await perftest({ test: 'read_lat', size: 8, iters: n, txDepth: 1, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
       const c = await new Promise((res) => {
         const [cmd, args] = wrap(loop, [device, String(gidIndex), String(n), 'read'])
@@ -100,16 +135,17 @@ async function guest(argv) {
         p.stdout.on('data', (d) => { out += d })
         p.on('close', () => res(Number(/verbs-loop read \d+ ([\d.]+)/.exec(out)?.[1])))
       })
-      const ours = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'read', String(n)]))
-      const tagged = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'tagged-read', String(n)]))
+      const read = await ours.ask('read', n)
+      const tagged = await ours.ask('tagged-read', n)
       const ptAtomic = await perftest({ test: 'atomic_fadd_bw', size: 8, iters: n, txDepth: 16, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
-      const oursAtomic = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'fadd', String(n)]))
-      const taggedAtomic = await runJson(...wrap(process.execPath, [fileURLToPath(import.meta.url), '--child', 'tagged-fadd', String(n)]))
-      const row = { round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: ours.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps }
+      const oursAtomic = await ours.ask('fadd', n)
+      const taggedAtomic = await ours.ask('tagged-fadd', n)
+      const row = { round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: read.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps }
       rows.push(row)
-      console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''}: READ ours ${ours.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
+      console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''}: READ ours ${read.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
     }
   }
+  ours.close()
   console.log('@latency ' + JSON.stringify(rows))
 }
 
