@@ -7,7 +7,8 @@
 // poster after each post, which shows the floor; our process is switched to it
 // with chrt -a -p).
 //
-//   npm run bench -- latency [--rounds 6] [--n 2000] [--warm-s 10]
+//   npm run bench -- latency [--rounds 6] [--n 2000] [--warm-s 10] [--variants DIR,...]
+// --variants: builds saved by bench/icount/snapshot.sh, each in a process of its own, timed in the same rounds.
 //
 // Our READ is timed twice: `await qp.read()` and the tagged path (postRead, then cq.poll() until reported).
 //
@@ -15,8 +16,9 @@
 // busy-polls), atomics = our FETCH_ADD rate / ib_atomic_bw (higher is better).
 import { execFileSync, spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { existsSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { runIfMain } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -32,7 +34,8 @@ const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.lengt
  */
 async function child(argv) {
   const warmMs = Number(option(argv, '--warm-s', 10)) * 1000
-  const { openDevice } = await import('../dist/index.js')
+  const dist = option(argv, '--dist', undefined) // another build of the library (bench/icount/snapshot.sh)
+  const { openDevice } = await import(dist ? pathToFileURL(join(resolve(dist), 'index.js')).href : '../dist/index.js')
   const { connectedPair } = await import('./pair.mjs')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
   const paths = {}
@@ -90,8 +93,16 @@ async function ourPath(what, { c, s }) {
 }
 
 /** The warmed-up child: `ask(what, n)` resolves with its JSON answer; `pid` for chrt -p. */
-async function startChild(warmS) {
-  const p = spawn(process.execPath, [fileURLToPath(import.meta.url), '--child', '--warm-s', String(warmS)], { stdio: ['pipe', 'pipe', 'inherit'] })
+async function startChild(warmS, variant) {
+  const args = [fileURLToPath(import.meta.url), '--child', '--warm-s', String(warmS)]
+  let env = process.env
+  if (variant) {
+    variant = resolve(variant)
+    args.push('--dist', join(variant, 'dist'))
+    const addon = join(variant, 'node_ibverbs.node')
+    if (existsSync(addon)) env = { ...env, NODE_IBVERBS_ADDON: addon }
+  }
+  const p = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'], env })
   let buffered = ''
   const waiting = []
   p.stdout.on('data', (d) => {
@@ -120,13 +131,16 @@ async function guest(argv) {
   const rounds = Number(option(argv, '--rounds', 6))
   const n = Number(option(argv, '--n', 2000))
   const loop = join(here, 'icount', 'build', 'verbs-loop')
-  const ours = await startChild(Number(option(argv, '--warm-s', 10)))
+  // --variants DIR,...: other builds of the library (bench/icount/snapshot.sh), each timed in the same rounds
+  const variants = option(argv, '--variants', '').split(',').filter(Boolean)
+  const children = []
+  for (const dir of variants.length ? variants : ['']) children.push({ name: dir ? basename(dir) : 'main', ...await startChild(Number(option(argv, '--warm-s', 10)), dir) })
   const rows = []
   for (let round = 1; round <= rounds; round++) {
     for (const fifo of [false, true]) {
       const wrap = (cmd, args) => (fifo ? ['chrt', ['-f', '50', cmd, ...args]] : [cmd, args])
-      // the warmed-up child, every thread of it, under the same policy as perftest and the C loop
-      execFileSync('chrt', fifo ? ['-a', '-f', '-p', '50', String(ours.pid)] : ['-a', '-o', '-p', '0', String(ours.pid)])
+      // the warmed-up children, every thread of them, under the same policy as perftest and the C loop
+      for (const ours of children) execFileSync('chrt', fifo ? ['-a', '-f', '-p', '50', String(ours.pid)] : ['-a', '-o', '-p', '0', String(ours.pid)])
       const pt = await perftest({ test: 'read_lat', size: 8, iters: n, txDepth: 1, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
       const c = await new Promise((res) => {
         const [cmd, args] = wrap(loop, [device, String(gidIndex), String(n), 'read'])
@@ -135,30 +149,33 @@ async function guest(argv) {
         p.stdout.on('data', (d) => { out += d })
         p.on('close', () => res(Number(/verbs-loop read \d+ ([\d.]+)/.exec(out)?.[1])))
       })
-      const read = await ours.ask('read', n)
-      const tagged = await ours.ask('tagged-read', n)
+      const reads = []
+      for (const ours of children) reads.push([await ours.ask('read', n), await ours.ask('tagged-read', n)])
       const ptAtomic = await perftest({ test: 'atomic_fadd_bw', size: 8, iters: n, txDepth: 16, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
-      const oursAtomic = await ours.ask('fadd', n)
-      const taggedAtomic = await ours.ask('tagged-fadd', n)
-      const row = { round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: read.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps }
-      rows.push(row)
-      console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''}: READ ours ${read.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
+      for (const [i, ours] of children.entries()) {
+        const [read, tagged] = reads[i]
+        const oursAtomic = await ours.ask('fadd', n)
+        const taggedAtomic = await ours.ask('tagged-fadd', n)
+        rows.push({ variant: ours.name, round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: read.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps })
+        console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''} [${ours.name}]: READ ours ${read.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
+      }
     }
   }
-  ours.close()
+  for (const ours of children) ours.close()
   console.log('@latency ' + JSON.stringify(rows))
 }
 
 export function markdown(rows) {
-  const out = ['| scheduling | ib_read_lat t_avg µs | C loop READ µs | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw | ours tagged postFetchAndAdd Mpps | its ratio |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for (const fifo of [false, true]) {
-    const r = rows.filter((x) => x.fifo === fifo)
+  const out = ['| variant | scheduling | ib_read_lat t_avg µs | C loop READ µs | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw | ours tagged postFetchAndAdd Mpps | its ratio |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  const variants = [...new Set(rows.map((x) => x.variant ?? 'main'))]
+  for (const variant of variants) for (const fifo of [false, true]) {
+    const r = rows.filter((x) => x.fifo === fifo && (x.variant ?? 'main') === variant)
     if (!r.length) continue
     const m = (f) => median(r.map(f))
-    out.push(`| ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} | ${m((x) => x.oursTaggedAtomicMpps).toFixed(4)} | ${m((x) => x.oursTaggedAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
+    out.push(`| ${variant} | ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} | ${m((x) => x.oursTaggedAtomicMpps).toFixed(4)} | ${m((x) => x.oursTaggedAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
   }
-  return out.join('\n') + `\n\n(medians over ${rows.length / 2} rounds; ratios are medians of each round's ratio)\n`
+  return out.join('\n') + `\n\n(medians over ${rows.length / 2 / variants.length} rounds; ratios are medians of each round's ratio)\n`
 }
 
 async function host(argv) {

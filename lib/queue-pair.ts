@@ -588,10 +588,14 @@ export class QueuePair extends Resource {
     const wrId = tagged.add(region, tag, verbIndex)
     this.#ledger.send.addPending(this)
     const batch = this.#taggedBatch
-    batch.encoder.reset()
-    const at = batch.encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, region.address + local.offset, length,
-      region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-    if (atomic) batch.encoder.setAtomicOperands(at, compareAdd, swap)
+    const encoder = batch.encoder
+    if (length !== 0) {
+      encoder.setOnly(wrId, TAGGED_OPCODES[verbIndex]!, local, remote)
+      if (atomic) encoder.setAtomicOperands(0, compareAdd, swap)
+    } else { // a zero-length WRITE or READ: no SGE
+      encoder.reset()
+      encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, 0, 0, 0, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    }
     // Polls in the same native call when it may: the device often completes the request inside the post.
     const cq = this.sendCq
     const poll = cq.mayPollInline() ? 1 : 0

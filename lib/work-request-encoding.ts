@@ -177,6 +177,35 @@ export class WorkRequestEncoder {
     this.count += n
   }
 
+  /**
+   * Encodes one signaled READ, WRITE or atomic of `local` (1 byte or more)
+   * as the only request, at word 0 (an atomic's operands: then
+   * setAtomicOperands(0, ...)): the tagged path's encoder. Like
+   * addRdmaColumns(), it writes only the words the decoder reads for these
+   * opcodes, and takes the slices, so the 64-bit address is made here.
+   */
+  setOnly(wrId: number, opcode: number, local: LocalSlice, remote: RemoteSlice): void {
+    const w = this.words // never shorter than one request with one SGE
+    const region = local.region
+    const address = region.address + local.offset
+    this.size = SEND_HEADER + SGE_WORDS
+    this.count = 1
+    this.hasInline = false
+    w[0] = wrId >>> 0
+    w[1] = Math.floor(wrId / TWO_32)
+    w[2] = opcode
+    w[3] = SendFlags.Signaled
+    w[4] = 1
+    w[6] = remote.addrLo
+    w[7] = remote.addrHi
+    w[8] = remote.rkey
+    w[13] = 0
+    w[16] = address >>> 0
+    w[17] = Math.floor(address / TWO_32)
+    w[18] = local.length
+    w[19] = region.lkey
+  }
+
   /** Sets the 64-bit operands of the atomic written at `at` by addOne(). */
   setAtomicOperands(at: number, compareAdd: bigint, swap: bigint): void {
     writeU64(this.words, at + 9, compareAdd)

@@ -96,3 +96,32 @@ describe('WorkRequestEncoder.addRdmaColumns (postBatch\'s hot path)', () => {
   })
 })
 
+
+describe('WorkRequestEncoder.setOnly (the tagged path)', () => {
+  const READ_WORDS = [0, 1, 2, 3, 4, 6, 7, 8, 13, 16, 17, 18, 19]
+  const ATOMIC_WORDS = [...READ_WORDS, 9, 10, 11, 12]
+  const pick = (words: Uint32Array, which: number[]) => which.map((k) => words[k])
+  const region = { address: 0x7f0012340000, lkey: 0x1234 }
+  const local = { region, offset: 0x18, length: 8 } as unknown as LocalSlice
+  const remote = { addrLo: 0xfffff008, addrHi: 0x7f01, rkey: 0xabcdef01 } as unknown as RemoteSlice
+
+  it.each([
+    ['READ', WrOpcode.RdmaRead, READ_WORDS],
+    ['WRITE', WrOpcode.RdmaWrite, READ_WORDS],
+    ['FETCH_AND_ADD', WrOpcode.AtomicFetchAndAdd, ATOMIC_WORDS],
+  ])('writes what addOne writes for a %s, over what an earlier request left', (_name, opcode, which) => {
+    const wrId = 2 ** 52 + TWO_32 + 5
+    const e = new WorkRequestEncoder()
+    e.addOne(9, WrOpcode.AtomicCmpAndSwp, SendFlags.Fence | SendFlags.Inline, 0x1000, 8, 1, 3, 4, 2, 7) // leaves other words and hasInline set
+    e.setAtomicOperands(0, 0xffff_ffff_ffff_ffffn, 0x1_0000_0000n)
+    e.setOnly(wrId, opcode, local, remote)
+    if (opcode === WrOpcode.AtomicFetchAndAdd) e.setAtomicOperands(0, 5n, 0n)
+    expect(e.count).toBe(1)
+    expect(e.used).toBe(20)
+    expect(e.hasInline).toBe(false)
+    const one = new WorkRequestEncoder()
+    one.addOne(wrId, opcode, SendFlags.Signaled, region.address + 0x18, 8, region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
+    if (opcode === WrOpcode.AtomicFetchAndAdd) one.setAtomicOperands(0, 5n, 0n)
+    expect(pick(e.buffer, which)).toEqual(pick(one.buffer, which))
+  })
+})
