@@ -109,16 +109,16 @@ describe('WorkRequestEncoder.setOnly (the tagged path)', () => {
     ['READ', WrOpcode.RdmaRead, READ_WORDS],
     ['WRITE', WrOpcode.RdmaWrite, READ_WORDS],
     ['FETCH_AND_ADD', WrOpcode.AtomicFetchAndAdd, ATOMIC_WORDS],
-  ])('writes what addOne writes for a %s, over what an earlier request left', (_name, opcode, which) => {
+  ])('writes what addOne writes for a %s, as the only request, over what earlier requests left', (_name, opcode, which) => {
     const wrId = 2 ** 52 + TWO_32 + 5
     const e = new WorkRequestEncoder()
-    e.addOne(9, WrOpcode.AtomicCmpAndSwp, SendFlags.Fence | SendFlags.Inline, 0x1000, 8, 1, 3, 4, 2, 7) // leaves other words and hasInline set
-    e.setAtomicOperands(0, 0xffff_ffff_ffff_ffffn, 0x1_0000_0000n)
+    for (let i = 0; i < 2; i++) { // leave every word of two requests set, and inline data marked
+      const junk = e.addOne(9, WrOpcode.AtomicCmpAndSwp, SendFlags.Fence | SendFlags.Inline, 0x1000, 8, 1, 3, 4, 2, 7)
+      e.setAtomicOperands(junk, 0xffff_ffff_ffff_ffffn, 0x1_0000_0000n)
+    }
     e.setOnly(wrId, opcode, local, remote)
     if (opcode === WrOpcode.AtomicFetchAndAdd) e.setAtomicOperands(0, 5n, 0n)
-    expect(e.count).toBe(1)
-    expect(e.used).toBe(20)
-    expect(e.hasInline).toBe(false)
+    expect([e.count, e.used, e.hasInline]).toEqual([1, 20, false])
     const one = new WorkRequestEncoder()
     one.addOne(wrId, opcode, SendFlags.Signaled, region.address + 0x18, 8, region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
     if (opcode === WrOpcode.AtomicFetchAndAdd) one.setAtomicOperands(0, 5n, 0n)
