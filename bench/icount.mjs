@@ -50,18 +50,20 @@ export function buildTools() {
 }
 
 /** A qemu-system-x86_64 to put first in PATH: loads the plugin writing to `out` (none without `out`). */
-export function qemuWrapper(out, profile, append = '') {
+export function qemuWrapper(out, profile, append = '', smp = '') {
   const real = spawnSync('sh', ['-c', 'command -v qemu-system-x86_64'], { encoding: 'utf8' }).stdout.trim()
   if (!real) throw new Error('qemu-system-x86_64 not found (bash scripts/softroce.sh provision installs it)')
-  const bin = join(build, out ? 'qbin' : append ? 'qbin-append' : 'qbin-plain')
+  const bin = join(build, out ? 'qbin' : append || smp ? 'qbin-append' : 'qbin-plain')
   mkdirSync(bin, { recursive: true })
   const plugin = out ? `-plugin ${join(build, 'icount-plugin.so')},out=${out}${profile ? ',profile=on' : ''}` : ''
   // no_timer_check: on a loaded host the guest kernel's IO-APIC timer check can fail and panic at boot.
-  // `append`: more kernel parameters (bench/latency.mjs's clocksource).
+  // `append`: more kernel parameters (bench/latency.mjs's clocksource); `smp`: the guest's vCPUs instead of 2.
   writeFileSync(join(bin, 'qemu-system-x86_64'), `#!/bin/bash
 args=()
 while (($#)); do
-  if [[ $1 == -append ]]; then args+=("$1" "$2 no_timer_check${append ? ' ' + append : ''}"); shift 2; else args+=("$1"); shift; fi
+  if [[ $1 == -append ]]; then args+=("$1" "$2 no_timer_check${append ? ' ' + append : ''}"); shift 2
+  elif [[ $1 == -smp && -n "${smp}" ]]; then args+=("$1" "${smp}"); shift 2
+  else args+=("$1"); shift; fi
 done
 exec ${real} ${plugin} "\${args[@]}"
 `)

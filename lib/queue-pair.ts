@@ -17,7 +17,7 @@ import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
-import { readU64LE } from './u64.js'
+import { readU64LE, smallU64 } from './u64.js'
 import { handlerBusy, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
@@ -569,11 +569,17 @@ export class QueuePair extends Resource {
     const atomic = verbIndex >= TAGGED_FETCH_ADD
     let compareAdd = 0n
     let swap = 0n
+    let compareAddSmall = 0 // smallU64(): the operand below 2^32 as a number, else -1
+    let swapSmall = 0
     if (atomic) {
       if (length !== 8) throw rangeError('a local slice of 8 bytes', 'local.length', length)
       if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
-      compareAdd = uint64(first, verbIndex === TAGGED_FETCH_ADD ? 'add' : 'compare')
-      if (verbIndex === TAGGED_CMP_SWAP) swap = uint64(second, 'swap')
+      compareAddSmall = smallU64(first, verbIndex === TAGGED_FETCH_ADD ? 'add' : 'compare')
+      compareAdd = first
+      if (verbIndex === TAGGED_CMP_SWAP) {
+        swapSmall = smallU64(second, 'swap')
+        swap = second
+      }
     } else if (remote.length !== length) {
       throw rangeError(`a remote slice of ${length} bytes (the local length)`, 'remote.length', remote.length)
     }
@@ -591,7 +597,7 @@ export class QueuePair extends Resource {
     const encoder = batch.encoder
     if (length !== 0) {
       encoder.setOnly(wrId, TAGGED_OPCODES[verbIndex]!, local, remote)
-      if (atomic) encoder.setAtomicOperands(0, compareAdd, swap)
+      if (atomic) encoder.setAtomicOperands(0, compareAdd, compareAddSmall, swap, swapSmall)
     } else { // a zero-length WRITE or READ: no SGE
       encoder.reset()
       encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, 0, 0, 0, remote.addrLo, remote.addrHi, remote.rkey, 0)
@@ -886,8 +892,10 @@ export class QueuePair extends Resource {
     options: AtomicOptions): Promise<bigint> {
     return new Promise((resolve, reject) => {
       try {
-        const compareAdd = uint64(first, firstName)
-        const swap = secondName === undefined ? 0n : uint64(second, secondName)
+        const compareAddSmall = smallU64(first, firstName)
+        const compareAdd = first as bigint
+        const swapSmall = secondName === undefined ? 0 : smallU64(second, secondName)
+        const swap = secondName === undefined ? 0n : second as bigint
         if (!(remote instanceof RemoteSlice)) throw typeError('a RemoteSlice', 'remote', remote)
         if (remote.length !== 8) throw rangeError('a remote slice of 8 bytes', 'remote.length', remote.length)
         const o = options === NO_OPTIONS ? NO_OPTIONS : optionalObject(options, 'options')
@@ -926,7 +934,7 @@ export class QueuePair extends Resource {
           const pending = new Pending(this, this.#ledger.send, 'send', verb, wrId, wrId, local.region, done, failed)
           const batch = this.#sendBatch
           const at = batch.encoder.addOne(wrId, opcode, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-          batch.encoder.setAtomicOperands(at, compareAdd, swap)
+          batch.encoder.setAtomicOperands(at, compareAdd, compareAddSmall, swap, swapSmall)
           pending.wordStart = at
           return this.#queueSend(batch, pending, 1, NO_OPTIONS)
         }

@@ -2,7 +2,7 @@
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
 import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from './native.js'
 import { RdmaError } from './errors.js'
-import { writeU64 } from './u64.js'
+import { writeOperand, writeU64 } from './u64.js'
 import { SendFlags, WrOpcode } from './constants.js'
 import type { LocalSlice, RemoteSlice } from './memory.js'
 
@@ -208,10 +208,13 @@ export class WorkRequestEncoder {
     w[19] = region.lkey
   }
 
-  /** Sets the 64-bit operands of the atomic written at `at` by addOne(). */
-  setAtomicOperands(at: number, compareAdd: bigint, swap: bigint): void {
-    writeU64(this.words, at + 9, compareAdd)
-    writeU64(this.words, at + 11, swap)
+  /**
+   * Sets the 64-bit operands of the atomic written at `at`, each with what
+   * smallU64() returned for it (the operand as a number below 2^32, else -1).
+   */
+  setAtomicOperands(at: number, compareAdd: bigint, compareAddSmall: number, swap: bigint, swapSmall: number): void {
+    writeOperand(this.words, at + 9, compareAdd, compareAddSmall)
+    writeOperand(this.words, at + 11, swap, swapSmall)
   }
 
   addRecv(wrId: number, sges: readonly Sge[]): void {

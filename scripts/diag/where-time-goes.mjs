@@ -10,13 +10,13 @@ import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { Access, openDevice } from '../../dist/index.js'
+import { openDevice } from '../../dist/index.js'
 import { SendFlags, WrOpcode } from '../../dist/constants.js'
 import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
 import { roceV2Ipv4GidIndex } from '../../bench/perftest.mjs'
+import { connectedPair } from '../../bench/pair.mjs'
 
 const N = Number(process.argv[2] ?? 20000)
-const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 const here = dirname(fileURLToPath(import.meta.url))
 
 /** Interrupt counts summed over CPUs, by name (LOC, RES, CAL, TLB, and device lines by their last word). */
@@ -61,15 +61,8 @@ const loop = join(here, '../../bench/icount/build/verbs-loop')
   results.cLoop = { ...perOp(a, b, N), loopReports: out.trim() }
 }
 
-const pd = device.allocPd()
 async function pair() {
-  const side = () => {
-    const cq = device.createCq({ entries: 1024, pollMode: 'busy', spinMicros: 0 })
-    return { cq, qp: pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 }), mr: pd.allocRegion(4096, ACCESS) }
-  }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint())
-  await s.qp.connect(c.qp.endpoint())
+  const { c, s } = await connectedPair(device, 'busy')
   return { c, s, local: c.mr.slice(0, 8), remote: s.mr.asRemote().slice(0, 8) }
 }
 function measure(name, run) {

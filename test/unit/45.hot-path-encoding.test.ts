@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest'
 import { WorkRequestEncoder, type SendWr } from '../../lib/work-request-encoding.js'
 import { SendFlags, WrOpcode } from '../../lib/constants.js'
+import { smallU64 } from '../../lib/u64.js'
 import type { LocalSlice, RemoteSlice } from '../../lib/memory.js'
 
 const TWO_32 = 2 ** 32
@@ -45,7 +46,7 @@ describe('WorkRequestEncoder.addOne', () => {
   ])('encodes a %s with its 64-bit operands as addSend does', (_name, opcode, compareAdd, swap) => {
     const e = new WorkRequestEncoder()
     const at = e.addOne(77, opcode, SendFlags.Signaled, 0x2000, 8, 9, 0x40, 0x1, 0x55, 0)
-    e.setAtomicOperands(at, compareAdd, swap)
+    e.setAtomicOperands(at, compareAdd, smallU64(compareAdd, 'compare'), swap, smallU64(swap, 'swap'))
     expect(Array.from(e.buffer.subarray(0, e.used))).toEqual(viaAddSend({
       wrId: 77, opcode, flags: SendFlags.Signaled, sges: [{ address: 0x2000, length: 8, lkey: 9 }],
       remoteLo: 0x40, remoteHi: 0x1, rkey: 0x55, compareAdd, swap,
@@ -114,14 +115,14 @@ describe('WorkRequestEncoder.setOnly (the tagged path)', () => {
     const e = new WorkRequestEncoder()
     for (let i = 0; i < 2; i++) { // leave every word of two requests set, and inline data marked
       const junk = e.addOne(9, WrOpcode.AtomicCmpAndSwp, SendFlags.Fence | SendFlags.Inline, 0x1000, 8, 1, 3, 4, 2, 7)
-      e.setAtomicOperands(junk, 0xffff_ffff_ffff_ffffn, 0x1_0000_0000n)
+      e.setAtomicOperands(junk, 0xffff_ffff_ffff_ffffn, -1, 0x1_0000_0000n, -1)
     }
     e.setOnly(wrId, opcode, local, remote)
-    if (opcode === WrOpcode.AtomicFetchAndAdd) e.setAtomicOperands(0, 5n, 0n)
+    if (opcode === WrOpcode.AtomicFetchAndAdd) e.setAtomicOperands(0, 5n, 5, 0n, 0)
     expect([e.count, e.used, e.hasInline]).toEqual([1, 20, false])
     const one = new WorkRequestEncoder()
     one.addOne(wrId, opcode, SendFlags.Signaled, region.address + 0x18, 8, region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-    if (opcode === WrOpcode.AtomicFetchAndAdd) one.setAtomicOperands(0, 5n, 0n)
+    if (opcode === WrOpcode.AtomicFetchAndAdd) one.setAtomicOperands(0, 5n, 5, 0n, 0)
     expect(pick(e.buffer, which)).toEqual(pick(one.buffer, which))
   })
 })
