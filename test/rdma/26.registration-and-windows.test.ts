@@ -127,6 +127,30 @@ describe('type 2 memory windows', () => {
     expect(b.qp.state).toBe('RTS')
   })
 
+  it('invalidate() while a bind of the window is in flight: refused with ERR_BUSY, and the bind still completes', async () => {
+    // One send slot, held by a SEND the peer has no receive for (RNR: retried until one is posted), so
+    // the bind waits for it. On rxe a bind posted at once completes inside its post call, so "in
+    // flight" is seen only while it waits.
+    const p = await connectedPair(device, { access: ALL_ACCESS | Access.MwBind, qp: { maxSendWr: 1 } })
+    cleanups.push(p.close)
+    const { a, b } = p
+    const bounded = { timeoutMs: 60_000 }
+    const window = b.pd.allocMemoryWindow(2)
+    cleanups.unshift(() => window.close())
+    const sending = b.qp.send(b.region.slice(0, 8), bounded)
+    const binding = b.qp.bindWindow(window, b.region.slice(0, 4096), Access.RemoteWrite, bounded)
+    // The library cannot know what the device will hold once the bind is done: a LOCAL_INV now could
+    // leave it counting a window bound that the device holds unbound (the next LOCAL_INV would then
+    // crash rxe 6.1's kernel).
+    await expect(b.qp.invalidate(window.rkey, bounded)).rejects.toMatchObject({ code: 'ERR_BUSY', verb: 'invalidate' })
+    const received = a.qp.recv(a.region.slice(0, 64), bounded)
+    await sending
+    await received
+    const grant = await binding
+    await b.qp.invalidate(grant.rkey, bounded) // once bound, the window is invalidated as usual
+    expect(b.qp.state).toBe('RTS')
+  })
+
   it('a failed bind reports no rkey: the window keeps the one it had', async () => {
     const { b } = await pair() // the region lacks Access.MwBind: the device refuses the bind
     const window = b.pd.allocMemoryWindow(2)
