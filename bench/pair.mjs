@@ -4,11 +4,11 @@ import { Access } from '../dist/index.js'
 
 const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 
-/** { c, s }: client and server sides, each { cq, qp, mr }, on one PD of `device`. */
-export async function connectedPair(device, pollMode) {
+/** { c, s }: client and server sides, each { cq, qp, mr }, on one PD of `device`; `cqOptions`: more options for both CQs. */
+export async function connectedPair(device, pollMode, cqOptions = {}) {
   const pd = device.allocPd()
   const side = () => {
-    const cq = device.createCq({ entries: 1024, pollMode })
+    const cq = device.createCq({ entries: 1024, pollMode, ...cqOptions })
     const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 })
     const mr = pd.allocRegion(4096, ACCESS)
     return { cq, qp, mr }

@@ -585,16 +585,18 @@ function privateData(value: unknown, name: string, max: number): Uint8Array | un
 const ADDR_ATTEMPT_MS = 1000
 const ETIMEDOUT = 110
 
-async function resolveAddress(id: CmIdHandle, host: string, port: number, timeoutMs: number, deadline: number, left: () => WaitOptions): Promise<void> {
+/** `wait`: the caller's whole bound (its timeoutMs ends at `deadline`) and signal. */
+async function resolveAddress(id: CmIdHandle, host: string, port: number, wait: WaitOptions, deadline: number): Promise<void> {
   for (;;) {
-    const attemptMs = Math.max(1, Math.min(ADDR_ATTEMPT_MS, deadline - Date.now()))
+    const remainingMs = Math.max(1, deadline - Date.now())
+    const attemptMs = Math.min(ADDR_ATTEMPT_MS, remainingMs)
     try {
-      await id.step('resolve address', () => id.native.resolveAddr(host, port, attemptMs), 'ADDR_RESOLVED', left())
+      await id.step('resolve address', () => id.native.resolveAddr(host, port, attemptMs), 'ADDR_RESOLVED', { ...wait, timeoutMs: remainingMs })
       return
     } catch (error) {
       const kernelTimedOut = (error as RdmaError).code === 'ADDR_ERROR' && Math.abs((error as { cmStatus?: number }).cmStatus ?? 0) === ETIMEDOUT
       if (!kernelTimedOut) throw error
-      if (Date.now() >= deadline) throw new RdmaError(`resolve address timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb: 'resolve address', cause: error })
+      if (Date.now() >= deadline) throw new RdmaError(`resolve address timed out after ${wait.timeoutMs} ms`, { code: 'ETIMEDOUT', verb: 'resolve address', cause: error })
     }
   }
 }
@@ -612,7 +614,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
   const id = channel().createId()
   let connection: Connection | undefined
   try {
-    await resolveAddress(id, host, port, wait.timeoutMs!, deadline, left)
+    await resolveAddress(id, host, port, wait, deadline)
     await id.step('resolve route', () => id.native.resolveRoute(Math.max(1, deadline - Date.now())), 'ROUTE_RESOLVED', left())
     connection = new Connection(id, o as ConnectionSetup, undefined)
     hook(o.beforeConnect, 'options.beforeConnect')?.(connection.qp)

@@ -6,12 +6,12 @@
 // addon's bound post and poll alone (no library JS per request).
 //   bash scripts/softroce.sh run -- node scripts/diag/clock-cost.mjs [N]
 import { readFileSync } from 'node:fs'
-import { Access, openDevice } from '../../dist/index.js'
+import { openDevice } from '../../dist/index.js'
 import { SendFlags, WrOpcode } from '../../dist/constants.js'
 import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
+import { connectedPair } from '../../bench/pair.mjs'
 
 const N = Number(process.argv[2] ?? 2000)
-const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 const clocksource = (() => { try { return readFileSync('/sys/devices/system/clocksource/clocksource0/current_clocksource', 'utf8').trim() } catch { return '?' } })()
 
 // performance.now() warmed up: the first rounds run in V8's interpreter, 10x slower in the guest
@@ -25,15 +25,8 @@ for (let round = 0; round < 5; round++) {
 }
 
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-const pd = device.allocPd()
 async function taggedReadUs(spinMicros) {
-  const side = () => {
-    const cq = device.createCq({ entries: 1024, pollMode: 'busy', spinMicros })
-    return { cq, qp: pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 }), mr: pd.allocRegion(4096, ACCESS) }
-  }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint())
-  await s.qp.connect(c.qp.endpoint())
+  const { c, s } = await connectedPair(device, 'busy', { spinMicros })
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   let reported = false
   let polls = 0
@@ -55,13 +48,7 @@ async function taggedReadUs(spinMicros) {
 }
 /** The same READ through the addon's bound post and poll only (no library JS per request): Node's floor. */
 async function rawReadUs() {
-  const side = () => {
-    const cq = device.createCq({ entries: 1024, pollMode: 'busy' })
-    return { cq, qp: pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 128, maxRecvWr: 128 }), mr: pd.allocRegion(4096, ACCESS) }
-  }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint())
-  await s.qp.connect(c.qp.endpoint())
+  const { c, s } = await connectedPair(device, 'busy')
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   const enc = new WorkRequestEncoder()
   const post = c.qp.handle.sendPoster(enc.buffer, c.cq.handle)
