@@ -3,7 +3,7 @@
 // perftest, user and kernel instructions apart. Unlike time under emulation,
 // the counts do not depend on the host's load or the guest's slow clock.
 //
-//   npm run bench -- icount [--n 4000] [--only read,poll] [--profile] [--no-references] [--variants DIR,...]
+//   npm run bench -- icount [--n 4000] [--warm-s 4] [--only read,poll] [--profile] [--no-references] [--variants DIR,...]
 //
 // --variants: also counts other versions of the library in the same boot,
 // each a directory made by `bash bench/icount/snapshot.sh NAME` (its lib
@@ -183,7 +183,7 @@ async function guest(argv) {
   const references = !argv.includes('--no-references') // perftest and the C loop (a quicker run without)
   if (references) await perf('perftest ib_read_lat (busy poll)', 'read_lat')
   const profile = argv.includes('--profile') // name the profile's JIT addresses: V8's perf map, printed with the mappings
-  const pathArgs = [...(profile ? ['--perf-basic-prof'] : []), join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n),
+  const pathArgs = [...(profile ? ['--perf-basic-prof'] : []), join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n), '--warm-s', option(argv, '--warm-s', '4'),
     ...(only ? ['--only', only] : []), ...(profile ? ['--maps'] : [])]
   const variants = option(argv, '--variants', '').split(',').filter(Boolean)
   if (variants.length === 0) await forward(process.execPath, pathArgs) // with variants, only those (snapshot the working tree too)
