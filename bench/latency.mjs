@@ -40,7 +40,7 @@ async function child(argv) {
   const warmMs = Number(option(argv, '--warm-s', 10)) * 1000
   const dist = option(argv, '--dist', undefined) // another build of the library (bench/icount/snapshot.sh)
   const { openDevice } = await import(dist ? pathToFileURL(join(resolve(dist), 'index.js')).href : '../dist/index.js')
-  const { connectedPair } = await import('./pair.mjs')
+  const { connectedPair, taggedReadLoop } = await import('./pair.mjs')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
   const paths = {}
   for (const what of ['read', 'tagged-read', 'fadd', 'tagged-fadd']) paths[what] = await ourPath(what, await connectedPair(device, 'busy'))
@@ -64,17 +64,7 @@ async function child(argv) {
 async function ourPath(what, { c, s }) {
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   if (what === 'read') return async (count) => { for (let i = 0; i < count; i++) await c.qp.read(local, remote) }
-  if (what === 'tagged-read') { // the lower-level path: a tagged READ, then cq.poll() until it is reported, like C
-    let reported = false
-    c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
-    return async (count) => {
-      for (let i = 0; i < count; i++) {
-        reported = false
-        c.qp.postRead(local, remote, i)
-        while (!reported) c.cq.poll()
-      }
-    }
-  }
+  if (what === 'tagged-read') return taggedReadLoop({ c, s }) // the lower-level path: a tagged READ, then cq.poll() until it is reported, like C
   const depth = 16 // up to 16 atomics in flight (the device's max_rd_atomic), like ib_atomic_bw
   if (what === 'tagged-fadd') { // tagged fetch-and-adds, each reposted from the handler, cq.poll() in a loop (like ib_atomic_bw)
     let posted = 0

@@ -18,7 +18,9 @@ import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
 import { readU64LE, smallU64 } from './u64.js'
-import { handlerBusy, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps, type CompletionHandler } from './tagged-ops.js'
+import {
+  handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WR_ID_BASE, TAGGED_WRITE, TaggedOps, type CompletionHandler,
+} from './tagged-ops.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()
@@ -259,12 +261,6 @@ const isU32 = (value: unknown): boolean => typeof value === 'number' && value >>
 const noResult = (): undefined => undefined
 /** Default options object: lets the hot path skip option parsing. */
 const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
-// Tagged requests: indexes into TAGGED_VERBS, and each one's opcode.
-const TAGGED_WRITE = 0
-const TAGGED_READ = 1
-const TAGGED_FETCH_ADD = 2
-const TAGGED_CMP_SWAP = 3
-const TAGGED_OPCODES = [WrOpcode.RdmaWrite, WrOpcode.RdmaRead, WrOpcode.AtomicFetchAndAdd, WrOpcode.AtomicCmpAndSwp]
 
 export class QueuePair extends Resource {
   protected readonly kind = 'QueuePair'

@@ -5,11 +5,17 @@
 // allocated per request. Promises stay the default; this path is for code
 // that counts instructions per operation (docs/api.md, "Tagged operations").
 import { RdmaError } from './errors.js'
+import { WrOpcode } from './constants.js'
 import { completionError, type CompletionEntry } from './pending.js'
 import type { MemoryRegion } from './memory.js'
 
-/** The verbs a tagged request can be, by the index its ring slot keeps. */
+/** The verbs a tagged request can be, by the index its ring slot keeps; the indexes; each one's opcode. */
 export const TAGGED_VERBS = ['write', 'read', 'fetchAndAdd', 'compareAndSwap'] as const
+export const TAGGED_WRITE = 0
+export const TAGGED_READ = 1
+export const TAGGED_FETCH_ADD = 2
+export const TAGGED_CMP_SWAP = 3
+export const TAGGED_OPCODES = [WrOpcode.RdmaWrite, WrOpcode.RdmaRead, WrOpcode.AtomicFetchAndAdd, WrOpcode.AtomicCmpAndSwp]
 
 /** Called once per tagged request: `error` is undefined when it succeeded. */
 export type CompletionHandler = (tag: number, error: RdmaError | undefined) => void

@@ -7,9 +7,7 @@
 //   bash scripts/softroce.sh run -- node scripts/diag/clock-cost.mjs [N]
 import { readFileSync } from 'node:fs'
 import { openDevice } from '../../dist/index.js'
-import { SendFlags, WrOpcode } from '../../dist/constants.js'
-import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
-import { connectedPair } from '../../bench/pair.mjs'
+import { connectedPair, rawReadLoop, taggedReadLoop } from '../../bench/pair.mjs'
 
 const N = Number(process.argv[2] ?? 2000)
 const clocksource = (() => { try { return readFileSync('/sys/devices/system/clocksource/clocksource0/current_clocksource', 'utf8').trim() } catch { return '?' } })()
@@ -26,47 +24,22 @@ for (let round = 0; round < 5; round++) {
 
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 async function taggedReadUs(spinMicros) {
-  const { c, s } = await connectedPair(device, 'busy', { spinMicros })
-  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
-  let reported = false
-  let polls = 0
-  c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
-  const run = (n) => {
-    for (let i = 0; i < n; i++) {
-      reported = false
-      c.qp.postRead(local, remote, i)
-      while (!reported) { c.cq.poll(); polls++ }
-    }
-  }
+  const pair = await connectedPair(device, 'busy', { spinMicros })
+  const run = taggedReadLoop(pair)
   run(N) // warm-up
-  polls = 0
+  run.polls = 0
   t0 = performance.now()
   run(N)
   const us = ((performance.now() - t0) * 1000) / N
-  for (const x of [c, s]) { x.qp.close(); x.cq.close(); x.mr.deregister() }
-  return { us, pollsPerRead: polls / N }
+  for (const x of [pair.c, pair.s]) { x.qp.close(); x.cq.close(); x.mr.deregister() }
+  return { us, pollsPerRead: run.polls / N }
 }
-/** The same READ through the addon's bound post and poll only (no library JS per request): Node's floor. */
 async function rawReadUs() {
-  const { c, s } = await connectedPair(device, 'busy')
-  const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
-  const enc = new WorkRequestEncoder()
-  const post = c.qp.handle.sendPoster(enc.buffer, c.cq.handle)
-  const poll = c.cq.handle.poller()
-  let wrId = 2e9
-  const run = (n) => {
-    for (let i = 0; i < n; i++) {
-      enc.reset()
-      enc.addOne(wrId++, WrOpcode.RdmaRead, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-      if (post(0, 1, 1) > 0) continue
-      while (poll() === 0);
-    }
-  }
+  const run = rawReadLoop(await connectedPair(device, 'busy'))
   run(N)
   t0 = performance.now()
   run(N)
-  const us = ((performance.now() - t0) * 1000) / N
-  return { us }
+  return { us: ((performance.now() - t0) * 1000) / N }
 }
 const spin = await taggedReadUs(50)
 const noSpin = await taggedReadUs(0)

@@ -8,25 +8,15 @@
 //   bash scripts/softroce.sh run -- node scripts/diag/warmup-rounds.mjs [N] [ROUNDS]
 import { execFileSync } from 'node:child_process'
 import { openDevice } from '../../dist/index.js'
-import { SendFlags, WrOpcode } from '../../dist/constants.js'
-import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
-import { connectedPair } from '../../bench/pair.mjs'
+import { connectedPair, rawReadLoop, taggedReadLoop } from '../../bench/pair.mjs'
 import { roceV2Ipv4GidIndex } from '../../bench/perftest.mjs'
 const N = Number(process.argv[2] ?? 2000), ROUNDS = Number(process.argv[3] ?? 12)
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
-async function pair() {
-  const { c, s } = await connectedPair(device, 'busy')
-  return { c, s, local: c.mr.slice(0, 8), remote: s.mr.asRemote().slice(0, 8) }
-}
-const A = await pair(), B = await pair(), C = await pair()
-const enc = new WorkRequestEncoder()
-const post = A.c.qp.handle.sendPoster(enc.buffer, A.c.cq.handle), poll = A.c.cq.handle.poller()
-let wrId = 2e9
-const raw = (n) => { for (let i = 0; i < n; i++) { enc.reset(); enc.addOne(wrId++, WrOpcode.RdmaRead, SendFlags.Signaled, A.local.address, 8, A.local.lkey, A.remote.addrLo, A.remote.addrHi, A.remote.rkey, 0); if (post(0, 1, 1) > 0) continue; while (poll() === 0); } }
-let reported = false
-B.c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
-const tagged = (n) => { for (let i = 0; i < n; i++) { reported = false; B.c.qp.postRead(B.local, B.remote, i); while (!reported) B.c.cq.poll() } }
-const awaited = async (n) => { for (let i = 0; i < n; i++) await C.c.qp.read(C.local, C.remote) }
+const raw = rawReadLoop(await connectedPair(device, 'busy'))
+const tagged = taggedReadLoop(await connectedPair(device, 'busy'))
+const { c, s } = await connectedPair(device, 'busy')
+const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
+const awaited = async (n) => { for (let i = 0; i < n; i++) await c.qp.read(local, remote) }
 const gid = String(roceV2Ipv4GidIndex(device))
 const cLoop = () => Number(execFileSync(new URL('../../bench/icount/build/verbs-loop', import.meta.url).pathname, [device.name, gid, String(N), 'read'], { encoding: 'utf8' }).trim().split(' ')[3])
 const t00 = performance.now()

@@ -11,10 +11,8 @@ import { readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { openDevice } from '../../dist/index.js'
-import { SendFlags, WrOpcode } from '../../dist/constants.js'
-import { WorkRequestEncoder } from '../../dist/work-request-encoding.js'
 import { roceV2Ipv4GidIndex } from '../../bench/perftest.mjs'
-import { connectedPair } from '../../bench/pair.mjs'
+import { connectedPair, rawReadLoop, taggedReadLoop } from '../../bench/pair.mjs'
 
 const N = Number(process.argv[2] ?? 20000)
 const here = dirname(fileURLToPath(import.meta.url))
@@ -61,10 +59,6 @@ const loop = join(here, '../../bench/icount/build/verbs-loop')
   results.cLoop = { ...perOp(a, b, N), loopReports: out.trim() }
 }
 
-async function pair() {
-  const { c, s } = await connectedPair(device, 'busy')
-  return { c, s, local: c.mr.slice(0, 8), remote: s.mr.asRemote().slice(0, 8) }
-}
 function measure(name, run) {
   run(Math.min(N, 5000)) // warm-up
   const a = snapshot()
@@ -73,34 +67,8 @@ function measure(name, run) {
   results[name] = perOp(a, b, N)
 }
 
-// 2. The addon's bound post and poll alone.
-{
-  const { c, local, remote } = await pair()
-  const enc = new WorkRequestEncoder()
-  const post = c.qp.handle.sendPoster(enc.buffer, c.cq.handle)
-  const poll = c.cq.handle.poller()
-  let wrId = 2e9
-  measure('rawBound', (n) => {
-    for (let i = 0; i < n; i++) {
-      enc.reset()
-      enc.addOne(wrId++, WrOpcode.RdmaRead, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
-      if (post(0, 1, 1) > 0) continue
-      while (poll() === 0);
-    }
-  })
-}
-// 3. The tagged READ, polled until reported.
-{
-  const { c, local, remote } = await pair()
-  let reported = false
-  c.qp.setCompletionHandler((tag, error) => { if (error) throw error; reported = true })
-  measure('taggedRead', (n) => {
-    for (let i = 0; i < n; i++) {
-      reported = false
-      c.qp.postRead(local, remote, i)
-      while (!reported) c.cq.poll()
-    }
-  })
-}
+// 2. The addon's bound post and poll alone; 3. the tagged READ, polled until reported.
+measure('rawBound', rawReadLoop(await connectedPair(device, 'busy')))
+measure('taggedRead', taggedReadLoop(await connectedPair(device, 'busy')))
 console.log(JSON.stringify({ n: N, cpus: readFileSync('/proc/cpuinfo', 'utf8').match(/^processor/gm).length, ...results }, null, 1))
 process.exit(0)
