@@ -9,6 +9,7 @@ import { Resource } from './resource.js'
 import type { CompletionEntry, Pending } from './pending.js'
 import { WorkQueueSlots } from './work-queue.js'
 import { afterPost, deliverHeld, reportsHeld } from './tagged-ops.js'
+import { PROMISE_WR_ID_BASE } from './promise-ops.js'
 import { integer, oneOf, optionalObject } from './validate.js'
 import type { Device } from './device.js'
 
@@ -367,21 +368,27 @@ export class CompletionQueue extends Resource {
     let owner = this.#lastOwner
     try {
       for (let i = 0, o = 0; i < count; i++, o += WORDS) {
-        entry.wrId = w[o]! + w[o + 1]! * TWO_32
-        entry.status = w[o + 2]!
-        entry.opcode = w[o + 3]!
-        entry.byteLength = w[o + 4]!
-        entry.immOrRkey = w[o + 5]!
+        const wrId = w[o]! + w[o + 1]! * TWO_32
+        const status = w[o + 2]!
+        entry.wrId = wrId
+        entry.status = status
         entry.qpn = w[o + 6]!
-        entry.srcQp = w[o + 7]!
-        entry.wcFlags = w[o + 8]!
-        entry.pkeyIndex = w[o + 9]!
-        entry.slid = w[o + 10]!
-        entry.sl = w[o + 11]!
-        entry.dlidPathBits = w[o + 12]!
         entry.vendorError = w[o + 13]!
+        // A ring's request (the promises' fast path, tagged) that succeeded
+        // needs no more of the entry; the rest is read for the others.
+        if (wrId < PROMISE_WR_ID_BASE || status !== 0) {
+          entry.opcode = w[o + 3]!
+          entry.byteLength = w[o + 4]!
+          entry.immOrRkey = w[o + 5]!
+          entry.srcQp = w[o + 7]!
+          entry.wcFlags = w[o + 8]!
+          entry.pkeyIndex = w[o + 9]!
+          entry.slid = w[o + 10]!
+          entry.sl = w[o + 11]!
+          entry.dlidPathBits = w[o + 12]!
+        }
         if (entry.qpn !== qpn) owner = this.#owners.get(qpn = entry.qpn)?.deref()
-        owner?.pendingFor(entry.wrId)?.complete(entry)
+        owner?.pendingFor(wrId)?.complete(entry)
       }
     } finally {
       this.#dispatching = nested

@@ -18,6 +18,7 @@ import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
 import { readU64LE, smallU64 } from './u64.js'
+import { PROMISE_WR_ID_BASE, PromiseOps } from './promise-ops.js'
 import {
   handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WR_ID_BASE, TAGGED_WRITE, TaggedOps, type CompletionHandler,
 } from './tagged-ops.js'
@@ -282,8 +283,10 @@ export class QueuePair extends Resource {
   #orphaned = 0
   /** The lower-level completion path (setCompletionHandler()): its requests in flight and their handler. */
   #tagged: TaggedOps | undefined
-  /** Tagged requests are posted one per call, from their own buffer (bound to the native post function once). */
-  readonly #taggedBatch = new SendBatch()
+  /** The promises' fast path: requests in flight and their resolve and reject (no Pending object). */
+  readonly #promised: PromiseOps
+  /** Ring requests (tagged, and the promises' fast path) are posted one per call, from their own buffer (bound to the native post function once). */
+  readonly #singleBatch = new SendBatch()
   #draining = false // close() is delivering the completions already queued
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
@@ -337,6 +340,7 @@ export class QueuePair extends Resource {
     this.psn = Math.floor(Math.random() * 0xffffff)
     this.pendings = new PendingTable(this.caps.maxSendWr + this.caps.maxRecvWr)
     this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
+    this.#promised = new PromiseOps(this, pd, this.caps.maxSendWr)
     this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
     this.sendCq.addOwner(this.qpn, this)
     this.recvCq.addOwner(this.qpn, this)
@@ -354,7 +358,7 @@ export class QueuePair extends Resource {
   get error(): RdmaError | undefined { return this.#error }
 
   /** Requests in flight on this QP. */
-  get outstanding(): number { return this.pendings.size + (this.#tagged?.inFlight ?? 0) }
+  get outstanding(): number { return this.pendings.size + this.#promised.inFlight + (this.#tagged?.inFlight ?? 0) }
 
   /** Receives that completed after their promise timed out or was aborted (the message is in that receive's buffer). */
   get orphanedReceives(): number { return this.#orphaned }
@@ -486,11 +490,19 @@ export class QueuePair extends Resource {
 
   /** Atomic compare-and-swap on 8 remote bytes; resolves with the value before the operation. */
   compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
+    if (options === NO_OPTIONS) {
+      const fast = this.#fastAtomic(TAGGED_CMP_SWAP, remote, compare, swap)
+      if (fast !== undefined) return fast
+    }
     return this.#atomic('compareAndSwap', WrOpcode.AtomicCmpAndSwp, remote, compare, 'compare', swap, 'swap', options)
   }
 
   /** Atomic fetch-and-add on 8 remote bytes; resolves with the value before the addition. */
   fetchAndAdd(remote: RemoteSlice, add: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
+    if (options === NO_OPTIONS) {
+      const fast = this.#fastAtomic(TAGGED_FETCH_ADD, remote, add, 0n)
+      if (fast !== undefined) return fast
+    }
     return this.#atomic('fetchAndAdd', WrOpcode.AtomicFetchAndAdd, remote, add, 'add', 0n, undefined, options)
   }
 
@@ -588,28 +600,44 @@ export class QueuePair extends Resource {
     if (!this.#takeSendSlotNow()) throw this.#cannotPostNow(verb)
     if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
     const wrId = tagged.add(region, tag, verbIndex)
+    const refused = this.#postOne(wrId, verbIndex, local, remote, compareAdd, compareAddSmall, swap, swapSmall)
+    if (refused !== undefined) {
+      tagged.remove(wrId)
+      throw refused
+    }
+  }
+
+  /**
+   * Posts one signaled WRITE, READ or atomic recorded in a ring (its send slot
+   * and CQ credit taken), from the single-request buffer bound once to the
+   * native post function; polls in the same native call when it may, since
+   * the device often completes the request inside the post. Returns the
+   * error the provider refused it with (the caller then takes the request out
+   * of its ring), else undefined.
+   */
+  #postOne(wrId: number, verbIndex: number, local: LocalSlice, remote: RemoteSlice,
+    compareAdd: bigint, compareAddSmall: number, swap: bigint, swapSmall: number): RdmaError | undefined {
     this.#ledger.send.addPending(this)
-    const batch = this.#taggedBatch
+    const batch = this.#singleBatch
     const encoder = batch.encoder
-    if (length !== 0) {
+    if (local.length !== 0) {
       encoder.setOnly(wrId, TAGGED_OPCODES[verbIndex]!, local, remote)
-      if (atomic) encoder.setAtomicOperands(0, compareAdd, compareAddSmall, swap, swapSmall)
+      if (verbIndex >= TAGGED_FETCH_ADD) encoder.setAtomicOperands(0, compareAdd, compareAddSmall, swap, swapSmall)
     } else { // a zero-length WRITE or READ: no SGE
       encoder.reset()
       encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, 0, 0, 0, remote.addrLo, remote.addrHi, remote.rkey, 0)
     }
-    // Polls in the same native call when it may: the device often completes the request inside the post.
     const cq = this.sendCq
     const poll = cq.mayPollInline() ? 1 : 0
     let polled: number
     try {
       polled = this.#postFrom(batch, 0, 1, poll)
     } catch (cause) {
-      tagged.remove(wrId)
-      throw fromNative(cause)
+      return fromNative(cause) as RdmaError
     }
     if (poll) cq.polledAfterPost(polled)
     else cq.pollAfterDispatch() // posted from a handler: polled for when that dispatch ends
+    return undefined
   }
 
   /** ERR_QP_STATE: the QP's state does not allow posting to `queue`. */
@@ -635,8 +663,8 @@ export class QueuePair extends Resource {
     return new RdmaError(`Cannot ${verb}: the completion queue is full (${this.sendCq.credits.capacity} completions promised); post again after a completion`, { code: 'ERR_CQ_FULL', verb, qpn: this.qpn })
   }
 
-  /** @internal TaggedOwner: a tagged request finished (completed, refused or abandoned). */
-  finishedTagged(): void {
+  /** @internal RingOwner: a request of a ring (tagged or the promises' fast path) finished: completed, refused or abandoned. */
+  ringRequestFinished(): void {
     this.#sendSlots.release(1)
     this.#ledger.send.give(1)
     this.#ledger.send.removePending()
@@ -951,6 +979,29 @@ export class QueuePair extends Resource {
   }
 
   /**
+   * The hot path of fetchAndAdd() and compareAndSwap(): default options, the
+   * first send of a turn, a slot and credit free now, operands that check.
+   * The value lands in a library-owned slot. Anything else returns undefined
+   * and takes the general path, which checks the same things and says why.
+   */
+  #fastAtomic(verbIndex: number, remote: RemoteSlice, first: unknown, second: unknown): Promise<bigint> | undefined {
+    if (this.#turnOpen || !(remote instanceof RemoteSlice) || remote.length !== 8 || this.type !== 'RC') return undefined
+    let compareAddSmall: number
+    let swapSmall = 0
+    try {
+      compareAddSmall = smallU64(first, 'add')
+      if (verbIndex === TAGGED_CMP_SWAP) swapSmall = smallU64(second, 'swap')
+    } catch {
+      return undefined
+    }
+    if (!this.#takeSendSlotNow()) return undefined
+    const local = this.pd.takeAtomicSlot()
+    const promise = this.#promised.addAtomic(local, true, verbIndex)
+    this.#postNow(this.#promised.lastWrId, verbIndex, local, remote, first as bigint, compareAddSmall, verbIndex === TAGGED_CMP_SWAP ? second as bigint : 0n, swapSmall)
+    return promise
+  }
+
+  /**
    * Validates one write/read/send and builds its work request. Hot path:
    * argument names for messages are only built when a check fails.
    */
@@ -1060,16 +1111,40 @@ export class QueuePair extends Resource {
       (kind === 'read' ? this.type !== 'RC' : this.type === 'UD')) return undefined
     try { region.assertUsable() } catch { return undefined }
     if (!this.#takeSendSlotNow()) return undefined
+    const verbIndex = kind === 'read' ? TAGGED_READ : TAGGED_WRITE
+    if (!this.#turnOpen) {
+      const promise = this.#promised.add(region, verbIndex)
+      this.#postNow(this.#promised.lastWrId, verbIndex, local, remote, 0n, 0, 0n, 0)
+      return promise
+    }
     const wrId = allocateWrIds(1)
     let pending: Pending
     const promise = new Promise<void>((resolve, reject) => {
       pending = new Pending(this, this.#ledger.send, 'send', kind, wrId, wrId, region, resolve, reject, noResult)
     })
     const batch = this.#sendBatch
-    pending!.wordStart = batch.encoder.addOne(wrId, kind === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, SendFlags.Signaled,
+    pending!.wordStart = batch.encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled,
       region.address + local.offset, length, region.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
     this.#queueSend(batch, pending!, 1, NO_OPTIONS)
     return promise
+  }
+
+  /**
+   * The promises' fast path: the first send of a turn, recorded in the
+   * #promised ring, is posted at once (sends gathered earlier go first). If it
+   * is still in flight after the post's poll, the turn opens: the sends that
+   * follow in it are gathered and posted together. If the device already
+   * completed it, the next send is posted at once too, as it would be alone.
+   */
+  #postNow(wrId: number, verbIndex: number, local: LocalSlice, remote: RemoteSlice,
+    compareAdd: bigint, compareAddSmall: number, swap: bigint, swapSmall: number): void {
+    if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
+    const refused = this.#postOne(wrId, verbIndex, local, remote, compareAdd, compareAddSmall, swap, swapSmall)
+    if (refused !== undefined) return this.#promised.refuse(wrId, refused)
+    if (!this.#turnOpen && this.#promised.holds(wrId)) {
+      this.#turnOpen = true
+      void RESOLVED.then(this.#closeTurn)
+    }
   }
 
   /**
@@ -1317,8 +1392,8 @@ export class QueuePair extends Resource {
   }
 
   /** @internal CompletionOwner: the request of a completion on this QP (an SRQ receive, or a failed unsignaled member of a batch). */
-  pendingFor(wrId: number): Pending | TaggedOps | undefined {
-    if (wrId >= TAGGED_WR_ID_BASE) return this.#tagged
+  pendingFor(wrId: number): Pending | TaggedOps | PromiseOps | undefined {
+    if (wrId >= PROMISE_WR_ID_BASE) return wrId >= TAGGED_WR_ID_BASE ? this.#tagged : this.#promised
     const pending = this.pendings.get(wrId) ?? this.srq?.pendings.get(wrId)
     if (pending !== undefined) return pending
     return this.pendings.containing(wrId)
@@ -1362,6 +1437,7 @@ export class QueuePair extends Resource {
   failAll(error: RdmaError): void {
     this.failed(error)
     for (const pending of this.pendings.values()) pending.reject(error)
+    this.#promised.reportAll(error)
     this.#tagged?.reportAll(error)
   }
 
@@ -1383,7 +1459,7 @@ export class QueuePair extends Resource {
    */
   override close(): void {
     if (this.closed || this.#draining) return
-    if (this.pendings.size > 0 || (this.#tagged !== undefined && this.#tagged.inFlight > 0)) {
+    if (this.outstanding > 0) {
       this.#draining = true
       try {
         this.sendCq.drainBeforeClose()
@@ -1401,6 +1477,7 @@ export class QueuePair extends Resource {
     const error = closedError(this.kind)
     this.#failWaiting(error) // first: the slots abandonAll frees must not let them post
     abandonAll(this.pendings.values(), error)
+    this.#promised.abandonAll(error)
     this.#tagged?.abandonAll(error)
   }
 }

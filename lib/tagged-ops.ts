@@ -8,6 +8,7 @@ import { RdmaError } from './errors.js'
 import { WrOpcode } from './constants.js'
 import { completionError, type CompletionEntry } from './pending.js'
 import type { MemoryRegion } from './memory.js'
+import { RequestRing, type RingOwner } from './request-ring.js'
 
 /** The verbs a tagged request can be, by the index its ring slot keeps; the indexes; each one's opcode. */
 export const TAGGED_VERBS = ['write', 'read', 'fetchAndAdd', 'compareAndSwap'] as const
@@ -87,72 +88,33 @@ export function reportsHeld(): boolean {
   return held !== 0
 }
 
-/** Tagged requests carry wr_ids from here up (promise requests count up from 1). */
+/** Tagged requests carry wr_ids from here up (the promises' fast path from PROMISE_WR_ID_BASE, other promise requests count up from 1). */
 export const TAGGED_WR_ID_BASE = 2 ** 52
 
-/** What the ring needs of its QP when a request finishes. */
-export interface TaggedOwner {
-  /** A slot of the send queue and a CQ credit are free again; the CQ has one request less waiting. */
-  finishedTagged(): void
-  /** An error completion moved the QP to the error state. */
-  failed(error: RdmaError): void
-}
-
-export class TaggedOps {
-  /** Requests in flight. */
-  inFlight = 0
-  readonly #mask: number
-  readonly #regions: Array<MemoryRegion | undefined>
+export class TaggedOps extends RequestRing {
   readonly #tags: Uint32Array
-  readonly #seqs: Float64Array
-  readonly #verbs: Uint8Array // index into TAGGED_VERBS
-  /** Already reported (the CQ failed): its completion or abandonment is not reported again. */
-  readonly #reported: Uint8Array
-  #next = 0
+  #collected: number[] = []
 
-  constructor(readonly owner: TaggedOwner, public handler: CompletionHandler, capacity: number) {
-    let size = 1
-    while (size < capacity) size <<= 1
-    this.#mask = size - 1
-    this.#regions = new Array<MemoryRegion | undefined>(size).fill(undefined)
-    this.#tags = new Uint32Array(size)
-    this.#seqs = new Float64Array(size).fill(-1)
-    this.#verbs = new Uint8Array(size)
-    this.#reported = new Uint8Array(size)
+  constructor(owner: RingOwner, public handler: CompletionHandler, capacity: number) {
+    super(owner, capacity, TAGGED_WR_ID_BASE)
+    this.#tags = new Uint32Array(this.mask + 1)
   }
 
-  /**
-   * Records a request about to be posted (the caller took its send slot and
-   * CQ credit, so at most `capacity` are in flight and slots never collide);
-   * returns its wr_id.
-   */
+  /** Records a request about to be posted (RequestRing.claim()); returns its wr_id. */
   add(region: MemoryRegion, tag: number, verb: number): number {
-    const seq = this.#next++
-    const slot = seq & this.#mask
-    this.#regions[slot] = region
-    this.#tags[slot] = tag
-    this.#seqs[slot] = seq
-    this.#verbs[slot] = verb
-    this.#reported[slot] = 0
-    region.inflight++
-    this.inFlight++
+    const seq = this.claim(region, verb)
+    this.#tags[seq & this.mask] = tag
     return TAGGED_WR_ID_BASE + seq
-  }
-
-  /** Undoes add() for a request the provider refused. */
-  remove(wrId: number): void {
-    const slot = this.#slotOf(wrId)
-    if (slot >= 0) this.#release(slot)
   }
 
   /** CompletionQueue dispatch: the completion of a tagged request. */
   complete(entry: CompletionEntry): void {
-    const slot = this.#slotOf(entry.wrId)
+    const slot = this.slotOf(entry.wrId)
     if (slot < 0) return
     const tag = this.#tags[slot]!
-    const verb = TAGGED_VERBS[this.#verbs[slot]!]!
-    const reported = this.#reported[slot] === 1
-    this.#release(slot)
+    const verb = TAGGED_VERBS[this.verbs[slot]!]!
+    const reported = this.reported[slot] === 1
+    this.release(slot)
     if (reported) return
     if (entry.status === 0) return this.#deliver(tag, undefined)
     const error = completionError(entry, verb)
@@ -165,54 +127,17 @@ export class TaggedOps {
     else this.handler(tag, error)
   }
 
-  /**
-   * The QP was destroyed: the device is done with every buffer. Each request
-   * still in flight is reported with `error`, after the current call returns
-   * (a handler never runs inside close()).
-   */
-  abandonAll(error: RdmaError): void {
-    const tags: number[] = []
-    for (let slot = 0; slot <= this.#mask; slot++) {
-      if (this.#regions[slot] === undefined) continue
-      if (this.#reported[slot] === 0) tags.push(this.#tags[slot]!)
-      this.#release(slot)
-    }
-    this.#report(tags, error)
+  protected collect(slot: number): void {
+    this.#collected.push(this.#tags[slot]!)
   }
 
-  /**
-   * The CQ failed: no completion will come. Each request in flight is
-   * reported with `error` now (after the current call returns); its memory
-   * stays in use until the QP is closed.
-   */
-  reportAll(error: RdmaError): void {
-    const tags: number[] = []
-    for (let slot = 0; slot <= this.#mask; slot++) {
-      if (this.#regions[slot] === undefined || this.#reported[slot] === 1) continue
-      this.#reported[slot] = 1
-      tags.push(this.#tags[slot]!)
-    }
-    this.#report(tags, error)
-  }
-
-  #report(tags: number[], error: RdmaError): void {
+  /** A handler never runs inside close() or a CQ's failure: the reports go out in a microtask. */
+  protected reportCollected(error: RdmaError): void {
+    const tags = this.#collected
     if (tags.length === 0) return
+    this.#collected = []
     const handler = this.handler
     queueMicrotask(() => { for (const tag of tags) handler(tag, error) })
-  }
-
-  #slotOf(wrId: number): number {
-    const seq = wrId - TAGGED_WR_ID_BASE
-    const slot = seq & this.#mask
-    return this.#seqs[slot] === seq && this.#regions[slot] !== undefined ? slot : -1
-  }
-
-  #release(slot: number): void {
-    this.#regions[slot]!.released()
-    this.#regions[slot] = undefined
-    this.#seqs[slot] = -1
-    this.inFlight--
-    this.owner.finishedTagged()
   }
 }
 

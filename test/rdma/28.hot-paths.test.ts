@@ -2,7 +2,7 @@
 // once to a plain native post function; polls through a bound native poll
 // function) move the right bytes and keep the general path's guarantees.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Device } from '../../dist/index.js'
+import { type Device, type RdmaError } from '../../dist/index.js'
 import { connectedPair, openTestPair, pattern, setU64, u64, within, type Side } from './helpers.js'
 
 let device: Device
@@ -116,6 +116,31 @@ describe('hot paths', () => {
       // An empty slice leaves the hot path; the general path posts it with no SGE.
       await within(x.qp.postBatch([{ op: 'write', local: x.region.slice(0, 0), remote: remote.slice(0, 0) }, { op: 'write', local: x.region.slice(0, 8), remote: remote.slice(8, 8) }]))
       other.deregister()
+    } finally {
+      close()
+    }
+  })
+
+  it('requests of the promises\' fast path that a dead peer never answers are rejected with ERR_CLOSED when their QP closes, and free their regions', async () => {
+    // Each try waits 4.096 us * 2^18 (about a second): the requests stay in flight.
+    const { a: x, b: y, close } = await connectedPair(device, { size: 4096, connect: { timeout: 18, retryCount: 7 } })
+    try {
+      y.qp.close()
+      const remote = y.region.asRemote()
+      const nextTurn = () => new Promise((resolve) => setImmediate(resolve))
+      // One per turn: each is the first of its turn, so each takes the fast path.
+      const write = x.qp.write(x.region.slice(0, 8), remote.slice(0, 8)).catch((e: RdmaError) => e)
+      await nextTurn()
+      const read = x.qp.read(x.region.slice(8, 8), remote.slice(8, 8)).catch((e: RdmaError) => e)
+      await nextTurn()
+      const add = x.qp.fetchAndAdd(remote.slice(16, 8), 1n).catch((e: RdmaError) => e)
+      await nextTurn()
+      expect(x.qp.outstanding).toBe(3)
+      expect(x.region.inflight).toBe(2)
+      x.qp.close()
+      for (const settled of await within(Promise.all([write, read, add]))) expect(settled).toMatchObject({ code: 'ERR_CLOSED' })
+      expect(x.qp.outstanding).toBe(0)
+      expect(x.region.inflight).toBe(0)
     } finally {
       close()
     }

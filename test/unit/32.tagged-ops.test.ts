@@ -13,7 +13,7 @@ const READ = TAGGED_VERBS.indexOf('read')
 
 function setup(capacity: number) {
   const region = { inflight: 0, released() { this.inflight-- } }
-  const owner = { finished: 0, failures: [] as string[], finishedTagged() { this.finished++ }, failed(e: RdmaError) { this.failures.push(e.code!) } }
+  const owner = { finished: 0, failures: [] as string[], ringRequestFinished() { this.finished++ }, failed(e: RdmaError) { this.failures.push(e.code!) } }
   const reports: Array<[number, string | undefined]> = []
   const ops = new TaggedOps(owner, (tag, error) => reports.push([tag, error?.code]), capacity)
   const entry = (wrId: number, status = 0) => ({ wrId, status, qpn: 1, vendorError: 0 }) as CompletionEntry
