@@ -24,6 +24,7 @@ import os from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { runIfMain } from './entry.mjs'
+import { connectedPair, taggedReadLoop } from './pair.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const option = (argv, name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : argv[i + 1] }
@@ -40,7 +41,6 @@ async function child(argv) {
   const warmMs = Number(option(argv, '--warm-s', 10)) * 1000
   const dist = option(argv, '--dist', undefined) // another build of the library (bench/icount/snapshot.sh)
   const { openDevice } = await import(dist ? pathToFileURL(join(resolve(dist), 'index.js')).href : '../dist/index.js')
-  const { connectedPair, taggedReadLoop } = await import('./pair.mjs')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
   const paths = {}
   for (const what of ['read', 'tagged-read', 'fadd', 'tagged-fadd']) paths[what] = await ourPath(what, await connectedPair(device, 'busy'))
