@@ -25,6 +25,8 @@ export interface NativeMemoryRegion {
 }
 /** post(wordStart, count, poll): posts `count` encoded send WRs from wordStart of the bound buffer; with poll 1, polls the CQ once after and returns what it polled. */
 export type PostFunction = (wordStart: number, count: number, poll: number) => number
+/** postOne(poll): post(0, 1, poll), for a buffer that holds one request at word 0 (one argument to read, not three). */
+export type PostOneFunction = (poll: number) => number
 export interface NativeCompletionQueue {
   readonly entries: number
   /** The kernel handle (CQ_ERR events name the CQ by it). */
@@ -47,6 +49,7 @@ export interface NativeQueuePair {
   postSend(words: Uint32Array, count: number): void
   /** A plain post function bound to this QP, `words` (kept alive) and the CQ it polls after posting. */
   sendPoster(words: Uint32Array, cq?: NativeCompletionQueue): PostFunction
+  sendPoster(words: Uint32Array, cq: NativeCompletionQueue, one: true): PostOneFunction
   postRecv(words: Uint32Array, count: number): void
   bindMemoryWindow(mw: NativeMemoryWindow, mr: NativeMemoryRegion, address: number, length: number,
     access: number, wrIdLo: number, wrIdHi: number, sendFlags: number): number

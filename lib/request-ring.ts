@@ -49,11 +49,6 @@ export abstract class RequestRing {
     return seq
   }
 
-  /** Whether the request of `wrId` is still in flight. */
-  holds(wrId: number): boolean {
-    return this.slotOf(wrId) >= 0
-  }
-
   /** Undoes the claim of a request the provider refused (it is not reported). */
   remove(wrId: number): void {
     const slot = this.slotOf(wrId)

@@ -5,11 +5,11 @@ import { Resource } from './resource.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry } from './pending.js'
 import { PendingTable } from './pending-table.js'
 import { WorkRequestEncoder } from './work-request-encoding.js'
-import { integer, optionalObject, waitOptions, type WaitOptions } from './validate.js'
+import { integer, optionalObject, typeError, waitOptions, type WaitOptions } from './validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import type { LocalSlice } from './memory.js'
 import type { CompletionQueue } from './completion-queue.js'
-import { localSges, receiveCompletion, type ReceiveCompletion } from './queue-pair.js'
+import { localSges, ReceiveBatch, receiveCompletion, type ReceiveCompletion } from './queue-pair.js'
 
 const encoder = new WorkRequestEncoder()
 
@@ -109,6 +109,25 @@ export class SharedReceiveQueue extends Resource {
         reject(error)
       }
     })
+  }
+
+  /**
+   * Posts several receive buffers with one native call, in order: one promise
+   * per buffer (as qp.recvMany()). What recv() would reject with before
+   * posting (bad slices, a closed SRQ) is thrown, and nothing is posted; a
+   * buffer the provider refuses (e.g. the SRQ is full: ENOMEM) rejects with
+   * the ones after it, and the ones before it stay posted.
+   */
+  recvMany(locals: ReadonlyArray<LocalSlice | readonly LocalSlice[]>, options: WaitOptions = {}): Array<Promise<ReceiveCompletion>> {
+    this.assertOpen()
+    if (!Array.isArray(locals)) throw typeError('an array of receive buffers (each a LocalSlice or an array of them)', 'locals', locals)
+    const wait = waitOptions(options)
+    const buffers = locals.map((local, i) => localSges(local, `locals[${i}]`, this.maxSge, this.pd))
+    if (buffers.length === 0) return []
+    const receives = new ReceiveBatch(buffers)
+    receives.post(this, this, wait, (entry) => receiveCompletion(entry, this.pd.device), (words, count) => this.handle.postRecv(words, count),
+      (pending) => this.#outstanding.add(pending))
+    return receives.promises
   }
 
   /** Raises the 'SRQ_LIMIT_REACHED' device event once fewer than `limit` receives remain. */

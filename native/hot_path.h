@@ -12,9 +12,10 @@ struct CqResource;
 
 // A function post(wordStart, count, poll) that posts `count` send work requests
 // encoded in `words` (a Uint32Array, bound here once) from wordStart, then, if
-// poll is non-zero, polls `cq` once; returns the completions it polled.
+// poll is non-zero, polls `cq` once; returns the completions it polled. With
+// `one`: postOne(poll), the single request at word 0.
 Napi::Function MakeSendPoster(Napi::Env env, std::shared_ptr<QpResource> qp, Napi::Value words,
-                              std::shared_ptr<CqResource> cq);
+                              std::shared_ptr<CqResource> cq, bool one);
 // A function poll() that polls `cq` into its output; returns the count.
 Napi::Function MakePoller(Napi::Env env, std::shared_ptr<CqResource> cq);
 

@@ -206,14 +206,16 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     return env.Undefined();
   }
 
-  // sendPoster(words: Uint32Array, cq?) -> post(wordStart, count, poll): a plain
+  // sendPoster(words: Uint32Array, cq?, one?) -> post(wordStart, count, poll),
+  // or with `one` true postOne(poll) for the request at word 0: a plain
   // function bound to this QP, the buffer and the CQ it polls after posting.
   Napi::Value SendPoster(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Live(env, resource, "QueuePair");
     std::shared_ptr<CqResource> cq;
     if (info.Length() > 1 && !info[1].IsUndefined()) cq = CqOf(env, info[1]);
-    return MakeSendPoster(env, resource, info[0], cq);
+    bool one = info.Length() > 2 && info[2].ToBoolean().Value();
+    return MakeSendPoster(env, resource, info[0], cq, one);
   }
 
   Napi::Value PostRecv(const Napi::CallbackInfo& info) {

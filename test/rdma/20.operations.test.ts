@@ -238,11 +238,15 @@ describe('shared receive queues and UD', () => {
       await expect(ud.bindWindow(window, region.slice(0, 64), Access.RemoteRead)).rejects.toMatchObject({ code: 'ERR_QP_TYPE' })
       // The same requests straight to the addon, past the API's checks: one LOCAL_INV
       // (opcode 7) with no address handle (word 13), then a SEND without one.
-      const native = (ud as unknown as { handle: { postSend(words: Uint32Array, count: number): void; sendPoster(words: Uint32Array): (start: number, count: number, poll: number) => number } }).handle
+      const native = (ud as unknown as { handle: {
+        postSend(words: Uint32Array, count: number): void
+        sendPoster(words: Uint32Array, cq?: unknown, one?: boolean): (...args: number[]) => number
+      } }).handle
       const words = new Uint32Array(16)
       words[2] = 7
       expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
       expect(thrownCode(() => native.sendPoster(words)(0, 1, 0))).toBe('ERR_QP_TYPE')
+      expect(thrownCode(() => native.sendPoster(words, undefined, true)(0))).toBe('ERR_QP_TYPE') // postOne(poll)
       words[2] = 0
       expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
       // Nothing was posted: the QP still sends to itself.
