@@ -1086,8 +1086,16 @@ export class QueuePair extends Resource {
     } catch {
       return undefined
     }
-    if (!this.#takeSendSlotNow()) return undefined
-    const local = this.pd.takeAtomicSlot()
+    let local: LocalSlice
+    try {
+      local = this.pd.takeAtomicSlot() // may register a page of slots: a failure is the general path's to report
+    } catch {
+      return undefined
+    }
+    if (!this.#takeSendSlotNow()) {
+      this.pd.returnAtomicSlot(local)
+      return undefined
+    }
     const promise = this.#promised.addAtomic(local, true, verbIndex)
     this.#postNow(this.#promised.lastWrId, verbIndex, local, remote, first as bigint, compareAddSmall, verbIndex === TAGGED_CMP_SWAP ? second as bigint : 0n, swapSmall)
     return promise
