@@ -87,7 +87,7 @@ export class PromiseOps extends RequestRing {
     const reported = this.reported[slot] === 1
     const local = this.#atomicLocals[slot]
     // An atomic's value is read before release() gives a library-owned slot back.
-    const value = entry.status === 0 && !reported && local !== undefined ? readValue(local) : undefined
+    const value = entry.status === 0 && !reported && local !== undefined ? readAtomicValue(local) : undefined
     const verb = this.verbs[slot]!
     this.release(slot)
     if (reported) return
@@ -121,6 +121,7 @@ export class PromiseOps extends RequestRing {
   }
 }
 
-function readValue(local: LocalSlice): bigint {
+/** The 8 bytes an atomic wrote into `local`, as the value before the operation. */
+export function readAtomicValue(local: LocalSlice): bigint {
   return local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readU64LE(local.region.bytes, local.offset) : readU64LE(local.bytes, 0)
 }

@@ -4,7 +4,7 @@ import { native, type NativeQueuePair, type PostFunction, type PostOneFunction }
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
-import { LocalSlice, NativeMemory, RemoteSlice, type MemoryRegion } from './memory.js'
+import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
 import { PendingTable } from './pending-table.js'
 import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
@@ -17,8 +17,8 @@ import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
-import { readU64LE, smallU64 } from './u64.js'
-import { PROMISE_WR_ID_BASE, PromiseOps } from './promise-ops.js'
+import { smallU64 } from './u64.js'
+import { PROMISE_WR_ID_BASE, PromiseOps, readAtomicValue } from './promise-ops.js'
 import {
   handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WR_ID_BASE, TAGGED_WRITE, TaggedOps, type CompletionHandler,
 } from './tagged-ops.js'
@@ -563,15 +563,9 @@ export class QueuePair extends Resource {
     const buffers = locals.map((local, i) => localSges(local, `locals[${i}]`, this.caps.maxRecvSge, this.pd))
     if (buffers.length === 0) return []
     const receives = new ReceiveBatch(buffers)
-    this.#reserve('recv', 'recv', buffers.length, wait, receives.rejectAll, (left) => {
-      const ledger = this.#ledger.recv
-      ledger.credits += buffers.length
-      if (this.closed || this.#error) { // while it waited for slots
-        this.#unreserve('recv', buffers.length)
-        return receives.rejectAll(this.closed ? closedError(this.kind) : this.#stateError('recv'))
-      }
-      receives.post(this, ledger, left, this.#receiveCompletion, (words, count) => this.handle.postRecv(words, count))
-    }, 'locals.length')
+    this.#reserve('recv', 'recv', buffers.length, wait, receives.rejectAll,
+      (left) => receives.post(this, this.#ledger.recv, left, this.#receiveCompletion, (words, count) => this.handle.postRecv(words, count)),
+      'locals.length')
     return receives.promises
   }
 
@@ -1034,7 +1028,7 @@ export class QueuePair extends Resource {
           owned = false
         }
         const done = (): void => { // the entry is not kept: the value is read from the slot
-          const value = local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readU64LE(local.region.bytes, local.offset) : readU64LE(local.bytes, 0)
+          const value = readAtomicValue(local)
           giveBack()
           resolve(value)
         }
@@ -1301,7 +1295,8 @@ export class QueuePair extends Resource {
   /**
    * Checks that `count` work requests can go to `queue` (throws why not), then
    * takes their queue slots and CQ credits and calls `post` with what is left
-   * of the wait: now, or once they are free (`reject` when the wait ends first).
+   * of the wait: now, or once they are free (`reject` when the wait ends
+   * first, or the QP closed or failed meanwhile).
    */
   #reserve(queue: 'send' | 'recv', verb: string, count: number, wait: WaitOptions, reject: (error: Error) => void,
     post: (wait: WaitOptions) => void, countName = 'operations.length'): void {
@@ -1319,12 +1314,21 @@ export class QueuePair extends Resource {
     if (wait.signal?.aborted) throw abortError(verb, this.qpn, wait.signal)
     // Take the queue's slots, then the CQ's credits; wait (bounded by the
     // request's timeout and signal) for what is not free now.
+    const reserved = (left: WaitOptions): void => {
+      // The slots and credits are taken: #unreserve or Pending.finish gives them back.
+      (queue === 'send' ? this.#ledger.send : this.#ledger.recv).credits += count
+      if (this.closed || this.#error) { // closed or failed while it waited
+        this.#unreserve(queue, count)
+        return reject(this.closed ? closedError(this.kind) : this.#stateError(verb))
+      }
+      post(left)
+    }
     let taken = 0
     if (slots.tryTake(count)) {
-      if (credits.tryTake(count)) return post(wait)
+      if (credits.tryTake(count)) return reserved(wait)
       taken = 1
     }
-    new SlotWait([slots, credits], taken, count, this, wait, verb, this.qpn, post, reject).start()
+    new SlotWait([slots, credits], taken, count, this, wait, verb, this.qpn, reserved, reject).start()
   }
 
   /** Gives back the slots and credits of a request that was not posted. */
@@ -1341,13 +1345,7 @@ export class QueuePair extends Resource {
   #post<T>(queue: 'send' | 'recv', verb: string, count: number, regions: MemoryRegion | readonly MemoryRegion[], wait: WaitOptions,
     resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
     encode: SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void), custom: boolean): void {
-    // The queue's slots and the CQ's credits are taken: #unreserve or Pending.finish gives them back.
     const ledger = queue === 'send' ? this.#ledger.send : this.#ledger.recv
-    ledger.credits += count
-    if (this.closed || this.#error) {
-      this.#unreserve(queue, count)
-      return reject(this.closed ? closedError(this.kind) : this.#stateError(verb))
-    }
     const first = allocateWrIds(count)
     const pending = new Pending(this, ledger, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
     if (queue === 'send' && !custom) {
