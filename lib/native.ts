@@ -25,8 +25,11 @@ export interface NativeMemoryRegion {
 }
 /** post(wordStart, count, poll): posts `count` encoded send WRs from wordStart of the bound buffer; with poll 1, polls the CQ once after and returns what it polled. */
 export type PostFunction = (wordStart: number, count: number, poll: number) => number
-/** postOne(poll): post(0, 1, poll), for a buffer that holds one request at word 0 (one argument to read, not three). */
-export type PostOneFunction = (poll: number) => number
+/** postOne(): post(0, 1, 1) for a buffer that holds one request at word 0, or post(0, 1, 0) (SEND_POSTER_ONE); no argument to read. */
+export type PostOneFunction = () => number
+/** sendPoster()'s kinds (native/hot_path.h, SendPosterKind): the single request at word 0, without and with a poll after. */
+export const SEND_POSTER_ONE = 1
+export const SEND_POSTER_ONE_POLL = 2
 export interface NativeCompletionQueue {
   readonly entries: number
   /** The kernel handle (CQ_ERR events name the CQ by it). */
@@ -49,7 +52,7 @@ export interface NativeQueuePair {
   postSend(words: Uint32Array, count: number): void
   /** A plain post function bound to this QP, `words` (kept alive) and the CQ it polls after posting. */
   sendPoster(words: Uint32Array, cq?: NativeCompletionQueue): PostFunction
-  sendPoster(words: Uint32Array, cq: NativeCompletionQueue, one: true): PostOneFunction
+  sendPoster(words: Uint32Array, cq: NativeCompletionQueue, kind: typeof SEND_POSTER_ONE | typeof SEND_POSTER_ONE_POLL): PostOneFunction
   postRecv(words: Uint32Array, count: number): void
   bindMemoryWindow(mw: NativeMemoryWindow, mr: NativeMemoryRegion, address: number, length: number,
     access: number, wrIdLo: number, wrIdHi: number, sendFlags: number): number

@@ -1,6 +1,6 @@
 // Queue pairs: connection setup (INIT -> RTR -> RTS) from a JSON-safe
 // endpoint, and every operation as a promise that settles on its completion.
-import { native, type NativeQueuePair, type PostFunction, type PostOneFunction } from './native.js'
+import { native, SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeQueuePair, type PostFunction, type PostOneFunction } from './native.js'
 import { call, closedError, fromNative, RdmaError } from './errors.js'
 import { Resource } from './resource.js'
 import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
@@ -95,7 +95,8 @@ class SendBatch {
 /** The buffer of the ring requests (tagged, and the promises' fast path): one request at word 0, posted by itself. */
 class SingleRequest {
   readonly encoder = new WorkRequestEncoder()
-  /** The native postOne function bound to `bound` (the encoder's buffer). */
+  /** The native functions bound to `bound` (the encoder's buffer): post and poll once, and post alone. */
+  postPoll: PostOneFunction | undefined
   post: PostOneFunction | undefined
   bound: Uint32Array | undefined
 }
@@ -709,15 +710,16 @@ export class QueuePair extends Resource {
       encoder.addOne(wrId, TAGGED_OPCODES[verbIndex]!, SendFlags.Signaled, 0, 0, 0, remote.addrLo, remote.addrHi, remote.rkey, 0)
     }
     const cq = this.sendCq
-    const poll = cq.mayPollInline() ? 1 : 0
+    const poll = cq.mayPollInline()
     const words = encoder.buffer
     if (single.bound !== words) { // first use: bind the buffer once
-      single.post = this.handle.sendPoster(words, cq.handle, true)
+      single.postPoll = this.handle.sendPoster(words, cq.handle, SEND_POSTER_ONE_POLL)
+      single.post = this.handle.sendPoster(words, cq.handle, SEND_POSTER_ONE)
       single.bound = words
     }
     let polled: number
     try {
-      polled = single.post!(poll)
+      polled = poll ? single.postPoll!() : single.post!()
     } catch (cause) {
       return fromNative(cause) as RdmaError
     }

@@ -82,20 +82,51 @@ napi_value Post(napi_env env, napi_callback_info info) {
   return PostFrom(env, poster, a[0], a[1], a[2]);
 }
 
-// postOne(poll): the one request at word 0 (the buffer of the lower-level and
-// fast promise paths); one argument to read instead of three (~0.1k
-// instructions per call).
-napi_value PostOne(napi_env env, napi_callback_info info) {
-  uint32_t a[1];
-  auto* poster = static_cast<SendPoster*>(Args(env, info, a));
-  return PostFrom(env, poster, 0, 1, a[0]);
+// Posts the one request at word 0 (decoded on the stack: no batch vectors);
+// with `poll`, polls the CQ once. Returns what PostFrom() returns.
+napi_value PostOneFrom(napi_env env, SendPoster* poster, bool poll) {
+  int polled = 0;
+  try {
+    Napi::Env e(env);
+    QpResource* qp = Live(e, poster->qp, "QueuePair");
+    OneSend one;
+    DecodeOneSend(e, poster->words, poster->length, qp->qp->qp_type, &one);
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(qp->qp, &one.wr, &bad);
+    if (rc) ThrowPostError(e, rc, "ibv_post_send", 0);
+    CqResource* cq = poster->cq.get();
+    if (poll && cq && !cq->closed() && cq->cq) polled = PollInto(cq);
+  } catch (const Napi::Error& error) {
+    error.ThrowAsJavaScriptException();
+    return nullptr;
+  }
+  napi_value result;
+  napi_create_int32(env, polled > 0 ? polled : 0, &result);
+  return result;
+}
+
+// The data of a function made by Make(): no argument is read (each costs
+// ~35 instructions in napi_get_value_uint32, plus the IsUint32 check).
+void* DataOf(napi_env env, napi_callback_info info) {
+  void* data = nullptr;
+  size_t argc = 0;
+  napi_get_cb_info(env, info, &argc, nullptr, nullptr, &data);
+  return data;
+}
+
+// postOne(): the one request at word 0 (the buffer of the lower-level and
+// fast promise paths), then one poll of the CQ; postOneNoPoll(): the same
+// without the poll (from inside a dispatch: polls do not nest).
+napi_value PostOnePoll(napi_env env, napi_callback_info info) {
+  return PostOneFrom(env, static_cast<SendPoster*>(DataOf(env, info)), true);
+}
+napi_value PostOneNoPoll(napi_env env, napi_callback_info info) {
+  return PostOneFrom(env, static_cast<SendPoster*>(DataOf(env, info)), false);
 }
 
 // poll() -> completions written to the output; throws when ibv_poll_cq fails.
 napi_value Poll(napi_env env, napi_callback_info info) {
-  void* data = nullptr;
-  napi_get_cb_info(env, info, nullptr, nullptr, nullptr, &data);
-  CqResource* cq = static_cast<Poller*>(data)->cq.get();
+  CqResource* cq = static_cast<Poller*>(DataOf(env, info))->cq.get();
   int n;
   try {
     Napi::Env e(env);
@@ -126,7 +157,7 @@ Napi::Function Make(Napi::Env env, const char* name, napi_callback callback, T* 
 }  // namespace
 
 Napi::Function MakeSendPoster(Napi::Env env, std::shared_ptr<QpResource> qp, Napi::Value words,
-                              std::shared_ptr<CqResource> cq, bool one) {
+                              std::shared_ptr<CqResource> cq, SendPosterKind kind) {
   const uint32_t* data;
   size_t length;
   Uint32Words(env, words, &data, &length);
@@ -135,7 +166,11 @@ Napi::Function MakeSendPoster(Napi::Env env, std::shared_ptr<QpResource> qp, Nap
     delete poster;
     ThrowCode(env, "ERR_NAPI", "napi_create_reference failed");
   }
-  return one ? Make(env, "postOne", PostOne, poster) : Make(env, "post", Post, poster);
+  switch (kind) {
+    case SendPosterKind::kOnePoll: return Make(env, "postOne", PostOnePoll, poster);
+    case SendPosterKind::kOne: return Make(env, "postOneNoPoll", PostOneNoPoll, poster);
+    default: return Make(env, "post", Post, poster);
+  }
 }
 
 Napi::Function MakePoller(Napi::Env env, std::shared_ptr<CqResource> cq) {

@@ -10,12 +10,19 @@ namespace ibv {
 struct QpResource;
 struct CqResource;
 
-// A function post(wordStart, count, poll) that posts `count` send work requests
-// encoded in `words` (a Uint32Array, bound here once) from wordStart, then, if
-// poll is non-zero, polls `cq` once; returns the completions it polled. With
-// `one`: postOne(poll), the single request at word 0.
+// What MakeSendPoster() makes (the numbers lib/native.ts passes).
+enum class SendPosterKind : uint32_t {
+  kBatch = 0,    // post(wordStart, count, poll)
+  kOne = 1,      // postOneNoPoll(): the single request at word 0
+  kOnePoll = 2,  // postOne(): the same, then one poll of `cq`
+};
+
+// A function that posts send work requests encoded in `words` (a Uint32Array,
+// bound here once): with kBatch, post(wordStart, count, poll) posts `count`
+// from wordStart, then, if poll is non-zero, polls `cq` once. Each returns the
+// completions it polled.
 Napi::Function MakeSendPoster(Napi::Env env, std::shared_ptr<QpResource> qp, Napi::Value words,
-                              std::shared_ptr<CqResource> cq, bool one);
+                              std::shared_ptr<CqResource> cq, SendPosterKind kind);
 // A function poll() that polls `cq` into its output; returns the count.
 Napi::Function MakePoller(Napi::Env env, std::shared_ptr<CqResource> cq);
 

@@ -206,16 +206,17 @@ class QueuePairWrap : public Napi::ObjectWrap<QueuePairWrap> {
     return env.Undefined();
   }
 
-  // sendPoster(words: Uint32Array, cq?, one?) -> post(wordStart, count, poll),
-  // or with `one` true postOne(poll) for the request at word 0: a plain
-  // function bound to this QP, the buffer and the CQ it polls after posting.
+  // sendPoster(words: Uint32Array, cq?, kind?) -> post(wordStart, count, poll)
+  // (kind 0), or for the request at word 0 postOneNoPoll() (1) or postOne()
+  // (2): a plain function bound to this QP, the buffer and the CQ it polls.
   Napi::Value SendPoster(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Live(env, resource, "QueuePair");
     std::shared_ptr<CqResource> cq;
     if (info.Length() > 1 && !info[1].IsUndefined()) cq = CqOf(env, info[1]);
-    bool one = info.Length() > 2 && info[2].ToBoolean().Value();
-    return MakeSendPoster(env, resource, info[0], cq, one);
+    uint32_t kind = info.Length() > 2 && !info[2].IsUndefined() ? ArgU32(info, 2, "kind") : 0;
+    if (kind > static_cast<uint32_t>(SendPosterKind::kOnePoll)) ThrowCode(env, "ERR_OUT_OF_RANGE", "sendPoster: kind is 0, 1 or 2");
+    return MakeSendPoster(env, resource, info[0], cq, static_cast<SendPosterKind>(kind));
   }
 
   Napi::Value PostRecv(const Napi::CallbackInfo& info) {

@@ -69,13 +69,14 @@ Napi::Object RecvFields(Napi::Env env, const ibv_recv_wr& wr) {
   return o;
 }
 
-// __testOnlyDecodeWorkRequests('send' | 'recv', words: Uint32Array, count):
-// runs DecodeSendBatch / DecodeRecvBatch exactly as postSend/postRecv do and
-// returns the decoded list, walked through its `next` links.
+// __testOnlyDecodeWorkRequests('send' | 'recv' | 'one', words: Uint32Array, count):
+// runs DecodeSendBatch / DecodeRecvBatch exactly as postSend/postRecv do (or,
+// for 'one', DecodeOneSend as the single-request posts do) and returns the
+// decoded list, walked through its `next` links.
 Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
-  if (kind != "send" && kind != "recv") ThrowCode(env, "ERR_INVALID_ARG_VALUE", "kind must be 'send' or 'recv'");
+  if (kind != "send" && kind != "recv" && kind != "one") ThrowCode(env, "ERR_INVALID_ARG_VALUE", "kind must be 'send', 'recv' or 'one'");
   const uint32_t* words = nullptr;
   size_t length = 0;
   Uint32Words(env, info[1], &words, &length);
@@ -83,7 +84,11 @@ Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
   WorkRequestScratch scratch;
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
-  if (kind == "send") {
+  if (kind == "one") {
+    OneSend one;
+    DecodeOneSend(env, words, length, IBV_QPT_RC, &one);
+    out.Set(n++, SendFields(env, one.wr));
+  } else if (kind == "send") {
     for (ibv_send_wr* wr = DecodeSendBatch(env, words, length, count, IBV_QPT_RC, &scratch); wr; wr = wr->next) {
       out.Set(n++, SendFields(env, *wr));
     }

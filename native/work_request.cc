@@ -39,6 +39,44 @@ void CheckSendOpcode(Napi::Env env, ibv_qp_type qp_type, ibv_wr_opcode opcode, b
   if (!has_ah) ThrowCode(env, "ERR_QP_TYPE", "A send on a UD queue pair needs an address handle");
 }
 
+// One send WR of the layout at `w`, its SGEs into `sges` (room for w[4] of them).
+static void DecodeSendWr(Napi::Env env, const uint32_t* w, ibv_qp_type qp_type, ibv_send_wr* wr, ibv_sge* sges) {
+  wr->wr_id = U64(w);
+  wr->opcode = static_cast<ibv_wr_opcode>(w[2]);
+  CheckSendOpcode(env, qp_type, wr->opcode, w[13] != 0);
+  wr->send_flags = w[3];
+  wr->num_sge = static_cast<int>(w[4]);
+  wr->sg_list = wr->num_sge ? sges : nullptr;
+  if (wr->opcode == IBV_WR_LOCAL_INV || wr->opcode == IBV_WR_SEND_WITH_INV) {
+    wr->invalidate_rkey = w[5];
+  } else {
+    wr->imm_data = htonl(w[5]);
+  }
+  switch (wr->opcode) {
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      wr->wr.atomic.remote_addr = U64(w + 6);
+      wr->wr.atomic.rkey = w[8];
+      wr->wr.atomic.compare_add = U64(w + 9);
+      wr->wr.atomic.swap = U64(w + 11);
+      break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      wr->wr.rdma.remote_addr = U64(w + 6);
+      wr->wr.rdma.rkey = w[8];
+      break;
+    default:
+      break;
+  }
+  if (w[13] != 0) {  // UD destination
+    wr->wr.ud.ah = AddressHandleById(env, w[13]);
+    wr->wr.ud.remote_qpn = w[14];
+    wr->wr.ud.remote_qkey = w[15];
+  }
+  DecodeSges(w + kSendHeaderWords, static_cast<uint32_t>(wr->num_sge), sges);
+}
+
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
                              ibv_qp_type qp_type, WorkRequestScratch* scratch) {
   if (count == 0) Malformed(env, "no work requests");
@@ -57,47 +95,22 @@ ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length
   offset = 0;
   size_t sge_index = 0;
   for (uint32_t i = 0; i < count; i++) {
-    const uint32_t* w = words + offset;
     ibv_send_wr& wr = scratch->send[i];
-    wr.wr_id = U64(w);
-    wr.opcode = static_cast<ibv_wr_opcode>(w[2]);
-    CheckSendOpcode(env, qp_type, wr.opcode, w[13] != 0);
-    wr.send_flags = w[3];
-    wr.num_sge = static_cast<int>(w[4]);
-    wr.sg_list = wr.num_sge ? &scratch->sges[sge_index] : nullptr;
-    if (wr.opcode == IBV_WR_LOCAL_INV || wr.opcode == IBV_WR_SEND_WITH_INV) {
-      wr.invalidate_rkey = w[5];
-    } else {
-      wr.imm_data = htonl(w[5]);
-    }
-    switch (wr.opcode) {
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        wr.wr.atomic.remote_addr = U64(w + 6);
-        wr.wr.atomic.rkey = w[8];
-        wr.wr.atomic.compare_add = U64(w + 9);
-        wr.wr.atomic.swap = U64(w + 11);
-        break;
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-      case IBV_WR_RDMA_READ:
-        wr.wr.rdma.remote_addr = U64(w + 6);
-        wr.wr.rdma.rkey = w[8];
-        break;
-      default:
-        break;
-    }
-    if (w[13] != 0) {  // UD destination
-      wr.wr.ud.ah = AddressHandleById(env, w[13]);
-      wr.wr.ud.remote_qpn = w[14];
-      wr.wr.ud.remote_qkey = w[15];
-    }
-    DecodeSges(w + kSendHeaderWords, static_cast<uint32_t>(wr.num_sge), wr.sg_list);
+    DecodeSendWr(env, words + offset, qp_type, &wr, scratch->sges.data() + sge_index);
     sge_index += wr.num_sge;
     wr.next = i + 1 < count ? &scratch->send[i + 1] : nullptr;
     offset += kSendHeaderWords + wr.num_sge * kSgeWords;
   }
   return scratch->send.data();
+}
+
+void DecodeOneSend(Napi::Env env, const uint32_t* words, size_t length, ibv_qp_type qp_type, OneSend* out) {
+  if (length < kSendHeaderWords) Malformed(env, "truncated header");
+  uint32_t num_sge = words[4];
+  if (num_sge > kOneSendMaxSge) Malformed(env, "too many SGEs for a single request");
+  if (kSendHeaderWords + num_sge * kSgeWords > length) Malformed(env, "truncated SGE list");
+  out->wr = ibv_send_wr{};
+  DecodeSendWr(env, words, qp_type, &out->wr, out->sges);
 }
 
 ibv_recv_wr* DecodeRecvBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,

@@ -28,6 +28,16 @@ struct WorkRequestScratch {
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
                              ibv_qp_type qp_type, WorkRequestScratch* scratch);
 
+// The one request at the start of `words`, decoded into storage of the
+// caller's (its stack): the single-request posts (tagged, and the promises'
+// fast path) carry one SGE, so they skip the batch's two passes and vectors.
+constexpr uint32_t kOneSendMaxSge = 4;
+struct OneSend {
+  ibv_send_wr wr;
+  ibv_sge sges[kOneSendMaxSge];
+};
+void DecodeOneSend(Napi::Env env, const uint32_t* words, size_t length, ibv_qp_type qp_type, OneSend* out);
+
 // Refuses, before anything is posted, a send WR that the QP type cannot carry.
 // Providers trust the opcode: rxe dereferences wr.ud.ah for every request on
 // a UD QP, so a LOCAL_INV or BIND_MW there (no address handle) crashed the

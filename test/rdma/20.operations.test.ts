@@ -240,13 +240,15 @@ describe('shared receive queues and UD', () => {
       // (opcode 7) with no address handle (word 13), then a SEND without one.
       const native = (ud as unknown as { handle: {
         postSend(words: Uint32Array, count: number): void
-        sendPoster(words: Uint32Array, cq?: unknown, one?: boolean): (...args: number[]) => number
+        sendPoster(words: Uint32Array, cq?: unknown, kind?: number): (...args: number[]) => number
       } }).handle
       const words = new Uint32Array(16)
       words[2] = 7
       expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
       expect(thrownCode(() => native.sendPoster(words)(0, 1, 0))).toBe('ERR_QP_TYPE')
-      expect(thrownCode(() => native.sendPoster(words, undefined, true)(0))).toBe('ERR_QP_TYPE') // postOne(poll)
+      expect(thrownCode(() => native.sendPoster(words, undefined, 1)())).toBe('ERR_QP_TYPE') // postOneNoPoll()
+      expect(thrownCode(() => native.sendPoster(words, undefined, 2)())).toBe('ERR_QP_TYPE') // postOne()
+      expect(thrownCode(() => native.sendPoster(words, undefined, 3))).toBe('ERR_OUT_OF_RANGE')
       words[2] = 0
       expect(thrownCode(() => native.postSend(words, 1))).toBe('ERR_QP_TYPE')
       // Nothing was posted: the QP still sends to itself.

@@ -153,7 +153,7 @@ interface DecodedWr {
   remoteAddr?: bigint; rkey?: number; compareAdd?: bigint; swap?: bigint; hasAh?: boolean; remoteQpn?: number; remoteQkey?: number
 }
 const decode = (native as unknown as {
-  __testOnlyDecodeWorkRequests(kind: 'send' | 'recv', words: Uint32Array, count: number): DecodedWr[]
+  __testOnlyDecodeWorkRequests(kind: 'send' | 'recv' | 'one', words: Uint32Array, count: number): DecodedWr[]
 }).__testOnlyDecodeWorkRequests
 
 const words = (e: WorkRequestEncoder) => e.buffer.slice(0, e.used) // exactly what was written, no spare zeros
@@ -218,6 +218,32 @@ describe('the native decoder reads what the encoder wrote', () => {
     const e = new WorkRequestEncoder()
     e.addSend({ wrId: 1, opcode: WrOpcode.Send, flags: 0, sges: [], ahId: 9, remoteQpn: 0xabcdef, remoteQkey: 0x11111111 })
     expect(thrown(() => decode('send', words(e), 1))).toMatchObject({ code: 'ERR_CLOSED', message: 'AddressHandle is closed' })
+  })
+
+  it('decodes the single request of the tagged and fast promise paths (on the stack, as they post it) as the batch decoder does', () => {
+    const e = new WorkRequestEncoder()
+    const one = (send: Parameters<WorkRequestEncoder['addSend']>[0]) => {
+      e.reset()
+      e.addSend(send)
+      const decoded = decode('one', e.buffer, 1) // the whole buffer, as the bound post sees it
+      expect(decoded).toEqual(decode('send', words(e), 1))
+      return decoded[0]
+    }
+    expect(one({ wrId: 2 ** 52 + 9, opcode: WrOpcode.RdmaRead, flags: SendFlags.Signaled, sges: [sge(2 ** 40 + 8, 8, 7)], remoteHi: 3, remoteLo: 4, rkey: 5 }))
+      .toEqual({ wrId: 2n ** 52n + 9n, opcode: WrOpcode.RdmaRead, sendFlags: SendFlags.Signaled, sges: [decodedSge(sge(2 ** 40 + 8, 8, 7))], immData: 0, remoteAddr: 0x300000004n, rkey: 5 })
+    expect(one({ wrId: 1, opcode: WrOpcode.AtomicFetchAndAdd, flags: SendFlags.Signaled, sges: [sge(0x2000, 8, 3)], remoteLo: 8, rkey: 6, compareAdd: 2n ** 64n - 1n }))
+      .toMatchObject({ compareAdd: 2n ** 64n - 1n, swap: 0n, remoteAddr: 8n })
+    expect(one({ wrId: 3, opcode: WrOpcode.RdmaWrite, flags: SendFlags.Signaled, sges: [], remoteLo: 16, rkey: 6 }).sges).toEqual([]) // zero-length
+    // Four SGEs fit its stack storage; more are refused before anything is posted.
+    const four = Array.from({ length: 4 }, (_, i) => sge(0x1000 * (i + 1), 8, i))
+    expect(one({ wrId: 4, opcode: WrOpcode.Send, flags: 0, sges: four }).sges).toEqual(four.map(decodedSge))
+    e.reset()
+    e.addSend({ wrId: 5, opcode: WrOpcode.Send, flags: 0, sges: [...four, sge(1, 1, 1)] })
+    expect(thrown(() => decode('one', e.buffer, 1))).toMatchObject({ code: 'ERR_INVALID_ARG_VALUE', message: 'Malformed work request batch: too many SGEs for a single request' })
+    e.reset()
+    e.addSend({ wrId: 6, opcode: WrOpcode.Send, flags: 0, sges: [sge(1, 1, 1)] })
+    expect(thrown(() => decode('one', words(e).subarray(0, 15), 1))).toMatchObject({ message: 'Malformed work request batch: truncated header' })
+    expect(thrown(() => decode('one', words(e).subarray(0, 19), 1))).toMatchObject({ message: 'Malformed work request batch: truncated SGE list' })
   })
 
   describe.each(['send', 'recv'] as const)('malformed %s batches are refused with ERR_INVALID_ARG_VALUE', (kind) => {
