@@ -11,7 +11,8 @@
 //   npm run bench -- latency [--rounds 6] [--n 2000] [--warm-s 10] [--variants DIR,...] [--clocksource tsc] [--smp 1]
 // --variants: builds saved by bench/icount/snapshot.sh, each in a process of its own, timed in the same rounds.
 //
-// Our READ is timed twice: `await qp.read()` and the tagged path (postRead, then cq.poll() until reported);
+// Our READ is timed three times: `await qp.read()`, the tagged path (postRead, then cq.poll() until reported),
+// and Node's floor (the addon's bound post and poll, no library code per READ: bench/pair.mjs rawReadLoop);
 // our FETCH_ADD too: fetchAndAdd() promises, 16 in flight, and tagged postFetchAndAdd() reposted from
 // the handler, with cq.poll() in a loop.
 //
@@ -19,12 +20,12 @@
 // busy-polls), atomics = our FETCH_ADD rate / ib_atomic_bw (higher is better).
 import { execFileSync, spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { runIfMain } from './entry.mjs'
-import { connectedPair, taggedReadLoop } from './pair.mjs'
+import { connectedPair, rawReadLoop, taggedReadLoop } from './pair.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const option = (argv, name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : argv[i + 1] }
@@ -43,7 +44,7 @@ async function child(argv) {
   const { openDevice } = await import(dist ? pathToFileURL(join(resolve(dist), 'index.js')).href : '../dist/index.js')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
   const paths = {}
-  for (const what of ['read', 'tagged-read', 'fadd', 'tagged-fadd']) paths[what] = await ourPath(what, await connectedPair(device, 'busy'))
+  for (const what of ['read', 'tagged-read', 'raw-read', 'fadd', 'tagged-fadd']) paths[what] = await ourPath(what, await connectedPair(device, 'busy'))
   for (const run of Object.values(paths)) {
     for (const t0 = performance.now(); performance.now() - t0 < warmMs;) await run(200)
   }
@@ -65,6 +66,7 @@ async function ourPath(what, { c, s }) {
   const local = c.mr.slice(0, 8), remote = s.mr.asRemote().slice(0, 8)
   if (what === 'read') return async (count) => { for (let i = 0; i < count; i++) await c.qp.read(local, remote) }
   if (what === 'tagged-read') return taggedReadLoop({ c, s }) // the lower-level path: a tagged READ, then cq.poll() until it is reported, like C
+  if (what === 'raw-read') return rawReadLoop({ c, s }) // Node's floor: the addon's bound post and poll, no library code per READ
   const depth = 16 // up to 16 atomics in flight (the device's max_rd_atomic), like ib_atomic_bw
   if (what === 'tagged-fadd') { // tagged fetch-and-adds, each reposted from the handler, cq.poll() in a loop (like ib_atomic_bw)
     let posted = 0
@@ -149,14 +151,14 @@ async function guest(argv) {
         p.on('close', () => res(Number(/verbs-loop read \d+ ([\d.]+)/.exec(out)?.[1])))
       })
       const reads = []
-      for (const ours of children) reads.push([await ours.ask('read', n), await ours.ask('tagged-read', n)])
+      for (const ours of children) reads.push([await ours.ask('read', n), await ours.ask('tagged-read', n), await ours.ask('raw-read', n)])
       const ptAtomic = await perftest({ test: 'atomic_fadd_bw', size: 8, iters: n, txDepth: 16, device, gidIndex, addr, wrap: fifo ? ['chrt', '-f', '50'] : [] })
       for (const [i, ours] of children.entries()) {
-        const [read, tagged] = reads[i]
+        const [read, tagged, raw] = reads[i]
         const oursAtomic = await ours.ask('fadd', n)
         const taggedAtomic = await ours.ask('tagged-fadd', n)
-        rows.push({ variant: ours.name, clocksource, cpus: os.availableParallelism(), round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: read.us, oursTaggedRead: tagged.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps })
-        console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''} [${ours.name}]: READ ours ${read.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
+        rows.push({ variant: ours.name, clocksource, cpus: os.availableParallelism(), round, fifo, perftestReadAvg: pt.tAvg, perftestReadTypical: pt.tTypical, cLoopRead: c, oursRead: read.us, oursTaggedRead: tagged.us, oursRawRead: raw.us, perftestAtomicMpps: ptAtomic.mpps, oursAtomicMpps: oursAtomic.mpps, oursTaggedAtomicMpps: taggedAtomic.mpps })
+        console.error(`latency: round ${round}${fifo ? ' chrt -f' : ''} [${ours.name}]: READ ours ${read.us.toFixed(1)} µs (tagged ${tagged.us.toFixed(1)}, raw ${raw.us.toFixed(1)}), C ${c.toFixed(1)}, ib_read_lat avg ${pt.tAvg} typ ${pt.tTypical}; FETCH_ADD ours ${oursAtomic.mpps.toFixed(4)} Mpps (tagged ${taggedAtomic.mpps.toFixed(4)}), ib_atomic_bw ${ptAtomic.mpps}`)
       }
     }
   }
@@ -165,14 +167,14 @@ async function guest(argv) {
 }
 
 export function markdown(rows) {
-  const out = ['| variant | scheduling | ib_read_lat t_avg µs | C loop READ µs | C loop / ib_read_lat (same instructions: the noise) | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw | ours tagged postFetchAndAdd Mpps | its ratio |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  const out = ['| variant | scheduling | ib_read_lat t_avg µs | C loop READ µs | C loop / ib_read_lat (same instructions: the noise) | ours `await qp.read()` µs | READ ratio ours / ib_read_lat | ours tagged `postRead` + `cq.poll()` µs | its ratio | ours raw READ (bound post + poll, no library code) µs | its ratio | ib_atomic_bw Mpps | ours fetchAndAdd Mpps | atomic ratio ours / ib_atomic_bw | ours tagged postFetchAndAdd Mpps | its ratio |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   const variants = [...new Set(rows.map((x) => x.variant ?? 'main'))]
   for (const variant of variants) for (const fifo of [false, true]) {
     const r = rows.filter((x) => x.fifo === fifo && (x.variant ?? 'main') === variant)
     if (!r.length) continue
     const m = (f) => median(r.map(f))
-    out.push(`| ${variant} | ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.cLoopRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} | ${m((x) => x.oursTaggedAtomicMpps).toFixed(4)} | ${m((x) => x.oursTaggedAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
+    out.push(`| ${variant} | ${fifo ? 'chrt -f 50' : 'default'} | ${m((x) => x.perftestReadAvg).toFixed(1)} | ${m((x) => x.cLoopRead).toFixed(1)} | ${m((x) => x.cLoopRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursRead).toFixed(1)} | ${m((x) => x.oursRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursTaggedRead).toFixed(1)} | ${m((x) => x.oursTaggedRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.oursRawRead).toFixed(1)} | ${m((x) => x.oursRawRead / x.perftestReadAvg).toFixed(2)} | ${m((x) => x.perftestAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps).toFixed(4)} | ${m((x) => x.oursAtomicMpps / x.perftestAtomicMpps).toFixed(2)} | ${m((x) => x.oursTaggedAtomicMpps).toFixed(4)} | ${m((x) => x.oursTaggedAtomicMpps / x.perftestAtomicMpps).toFixed(2)} |`)
   }
   return out.join('\n') + `\n\n(guest clocksource: ${rows[0]?.clocksource}, vCPUs: ${rows[0]?.cpus}; medians over ${rows.length / 2 / variants.length} rounds; ratios are medians of each round's ratio)\n`
 }
@@ -192,7 +194,13 @@ async function host(argv) {
     process.stdout.write(out)
     throw new Error(`no results from the guest (exit ${code})`)
   }
-  process.stdout.write(markdown(JSON.parse(line.slice(9))))
+  const rows = JSON.parse(line.slice(9))
+  const dir = join(here, 'results')
+  mkdirSync(dir, { recursive: true })
+  const file = join(dir, `latency-${new Date().toISOString().replace(/[:.]/g, '-')}.json`)
+  writeFileSync(file, JSON.stringify(rows, null, 2) + '\n') // every round, for other statistics than the medians
+  process.stdout.write(markdown(rows))
+  console.error(`latency: wrote ${file}`)
 }
 
 export async function main(argv) {
