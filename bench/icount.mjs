@@ -120,7 +120,7 @@ export function markdown(table, meta) {
   const out = [`Instructions per 8-byte operation in the guest (${meta})`, '',
     '| path | user insns/op | kernel insns/op | µs/op under the plugin | polls/op | blocks translated/op |', '|---|---:|---:|---:|---:|---:|']
   for (const r of table) {
-    out.push(`| ${r.label} | ${k(r.user)} | ${k(r.kernel)} | ${r.us === undefined ? '–' : r.us.toFixed(1)} | ${r.polls === undefined ? '–' : r.polls.toFixed(2)} | ${r.tbs === undefined ? '–' : r.tbs.toFixed(2)} |`)
+    out.push(`| ${r.label} | ${k(r.user)} | ${k(r.kernel)} | ${typeof r.us !== 'number' || !Number.isFinite(r.us) ? '–' : r.us.toFixed(1)} | ${r.polls === undefined ? '–' : r.polls.toFixed(2)} | ${r.tbs === undefined ? '–' : r.tbs.toFixed(2)} |`)
   }
   return out.join('\n') + '\n'
 }
@@ -220,8 +220,8 @@ async function host(argv) {
     throw new Error(`${labels.length} labels but ${regions.length} plugin regions (guest exit ${code}); plugin output: ${log}`)
   }
   const table = rows(labels, regions)
-  const md = markdown(table, `${new Date().toISOString().slice(0, 10)}, Node ${process.version}, one boot`)
   writeFileSync(join(dir, 'results.json'), JSON.stringify({ labels, regions, table }, null, 2) + '\n')
+  const md = markdown(table, `${new Date().toISOString().slice(0, 10)}, Node ${process.version}, one boot`)
   writeFileSync(join(dir, 'results.md'), md)
   process.stdout.write(md)
   console.error(`icount: wrote ${dir}/{results.json,results.md,plugin.log}`)
