@@ -49,8 +49,14 @@ export class CompletionQueue extends Resource {
   readonly device: Device
   readonly pollMode: 'event' | 'busy'
   readonly #words: Uint32Array
-  /** The native poll, bound to this CQ (no unwrap per call). */
-  readonly #poll: () => number
+  /**
+   * @internal The count of the last poll, written by the addon (the output's
+   * last word): the hot-path functions return nothing, since making a number
+   * costs ~50 instructions per call.
+   */
+  readonly polledCount: Uint32Array
+  /** The native poll, bound to this CQ (no unwrap per call); its count is in polledCount[0]. */
+  readonly #pollToWord: () => void
   readonly #spinMs: number
   readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
   /**
@@ -108,13 +114,14 @@ export class CompletionQueue extends Resource {
     const compVector = integer(o.compVector ?? 0, 'options.compVector', 0, 1024)
     const batch = integer(o.pollBatch ?? 64, 'options.pollBatch', 1, 4096)
     this.device = device
-    this.#words = new Uint32Array(batch * WORDS)
+    this.#words = new Uint32Array(batch * WORDS + 1) // the completions, then the count word
+    this.polledCount = this.#words.subarray(batch * WORDS)
     this.#capacity = batch
     this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#words, this.#onCompletions, compVector))
     // Busy polling finds completions from the loop while requests wait: the
     // channel need not wake it (each wakeup costs syscalls).
     if (this.pollMode === 'busy') this.handle.setRearm(false)
-    this.#poll = this.handle.poller()
+    this.#pollToWord = this.handle.poller(true)
     this.credits = new WorkQueueSlots(this.handle.entries)
     this.adoptedBy(device)
     this.kernelHandle = this.handle.handle
@@ -161,6 +168,12 @@ export class CompletionQueue extends Resource {
   removeOwner(qpn: number): void {
     this.#owners.delete(qpn)
     if (qpn === this.#lastQpn) this.#forgetOwner()
+  }
+
+  /** The native poll: the number of completions now in the output (throws what ibv_poll_cq failed with). */
+  #poll(): number {
+    this.#pollToWord()
+    return this.polledCount[0]!
   }
 
   #forgetOwner(): void {

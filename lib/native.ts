@@ -25,8 +25,12 @@ export interface NativeMemoryRegion {
 }
 /** post(wordStart, count, poll): posts `count` encoded send WRs from wordStart of the bound buffer; with poll 1, polls the CQ once after and returns what it polled. */
 export type PostFunction = (wordStart: number, count: number, poll: number) => number
-/** postOne(): post(0, 1, 1) for a buffer that holds one request at word 0, or post(0, 1, 0) (SEND_POSTER_ONE); no argument to read. */
-export type PostOneFunction = () => number
+/**
+ * postOne(): post(0, 1, 1) for a buffer that holds one request at word 0
+ * (SEND_POSTER_ONE_POLL), the count of its poll left in the CQ's count word;
+ * or post(0, 1, 0) (SEND_POSTER_ONE). No argument to read, nothing returned.
+ */
+export type PostOneFunction = () => void
 /** sendPoster()'s kinds (native/hot_path.h, SendPosterKind): the single request at word 0, without and with a poll after. */
 export const SEND_POSTER_ONE = 1
 export const SEND_POSTER_ONE_POLL = 2
@@ -35,8 +39,13 @@ export interface NativeCompletionQueue {
   /** The kernel handle (CQ_ERR events name the CQ by it). */
   readonly handle: number
   poll(): number
-  /** A plain function bound to this CQ that does what poll() does, without unwrapping the object on each call. */
+  /**
+   * A plain function bound to this CQ that does what poll() does, without
+   * unwrapping the object on each call; with `toCountWord`, it returns
+   * nothing and the count is in the output's last word.
+   */
   poller(): () => number
+  poller(toCountWord: true): () => void
   setWaiting(waiting: boolean): void
   setRearm(rearm: boolean): void
   /** Test hook: handles the channel as if polling its fd had failed. */

@@ -753,9 +753,16 @@ export class QueuePair extends Resource {
       single.post = this.handle.sendPoster(words, cq.handle, SEND_POSTER_ONE)
       single.bound = words
     }
-    let polled: number
+    let polled = 0
     try {
-      polled = poll ? single.postPoll!() : single.post!()
+      if (poll) {
+        const count = cq.polledCount
+        count[0] = 0 // no poll happens if the CQ was closed meanwhile: never a stale count
+        single.postPoll!()
+        polled = count[0]!
+      } else {
+        single.post!()
+      }
     } catch (cause) {
       return fromNative(cause) as RdmaError
     }

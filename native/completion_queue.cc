@@ -25,12 +25,15 @@ int CqResource::DestroyHandle() {
   on_completions.Reset();
   output.Reset();
   output_words = nullptr;
+  count_word = nullptr;
   return 0;
 }
 
-// Polls up to the output capacity; returns the count or -errno.
+// Polls up to the output capacity; returns the count or -errno, and writes
+// the count (0 on an error) to the output's count word.
 int PollInto(CqResource* res) {
   int n = ibv_poll_cq(res->cq, static_cast<int>(res->output_capacity), res->wcs.data());
+  if (res->count_word) *res->count_word = n > 0 ? static_cast<uint32_t>(n) : 0;
   if (n <= 0) return n;
   uint32_t* out = res->output_words;
   for (int i = 0; i < n; i++, out += kCompletionWords) {
@@ -83,8 +86,12 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     Napi::Uint32Array output = info[2].As<Napi::Uint32Array>();
     Napi::Function callback = ArgFunction(info, 3, "onCompletions");
     uint32_t comp_vector = ArgU32(info, 4, "compVector");
-    uint32_t capacity = static_cast<uint32_t>(output.ElementLength() / kCompletionWords);
-    if (capacity == 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "output holds no completion");
+    // N completions, then one word for the count of the last poll.
+    size_t length = output.ElementLength();
+    uint32_t capacity = length == 0 ? 0 : static_cast<uint32_t>((length - 1) / kCompletionWords);
+    if (capacity == 0 || length != capacity * kCompletionWords + 1) {
+      ThrowCode(env, "ERR_OUT_OF_RANGE", "output must hold N completions of 16 words and one count word (N >= 1)");
+    }
 
     auto res = std::make_shared<CqResource>();
     res->channel = ibv_create_comp_channel(context->ctx);
@@ -108,6 +115,7 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     res->output = Napi::Persistent(output.ArrayBuffer());
     res->output_words = output.Data();
     res->output_capacity = capacity;
+    res->count_word = output.Data() + length - 1;
     res->wcs.resize(capacity);
     // Weak: the JS CompletionQueue holds the callback, so an unreferenced CQ
     // can be collected (a strong reference here would keep it alive forever).
@@ -192,10 +200,12 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     return Napi::Number::New(env, n);
   }
 
-  // poller() -> a plain function poll() bound to this CQ (no unwrap per call).
+  // poller(toCountWord?) -> a plain function poll() bound to this CQ (no
+  // unwrap per call): it returns the count, or with toCountWord returns
+  // nothing and leaves the count in the output's count word.
   Napi::Value Poller(const Napi::CallbackInfo& info) {
     Live(info.Env(), resource, "CompletionQueue");
-    return MakePoller(info.Env(), resource);
+    return MakePoller(info.Env(), resource, info.Length() > 0 && info[0].ToBoolean().Value());
   }
 
   // setWaiting(true) keeps the event loop alive while requests are pending.

@@ -19,12 +19,14 @@ enum class SendPosterKind : uint32_t {
 
 // A function that posts send work requests encoded in `words` (a Uint32Array,
 // bound here once): with kBatch, post(wordStart, count, poll) posts `count`
-// from wordStart, then, if poll is non-zero, polls `cq` once. Each returns the
-// completions it polled.
+// from wordStart, then, if poll is non-zero, polls `cq` once, and returns the
+// completions it polled. The single-request functions return nothing: the
+// count of postOne()'s poll is in `cq`'s count word.
 Napi::Function MakeSendPoster(Napi::Env env, std::shared_ptr<QpResource> qp, Napi::Value words,
                               std::shared_ptr<CqResource> cq, SendPosterKind kind);
-// A function poll() that polls `cq` into its output; returns the count.
-Napi::Function MakePoller(Napi::Env env, std::shared_ptr<CqResource> cq);
+// A function poll() that polls `cq` into its output; returns the count, or
+// with `to_count_word` returns nothing (the count is in the output's last word).
+Napi::Function MakePoller(Napi::Env env, std::shared_ptr<CqResource> cq, bool to_count_word);
 
 // Polls up to the output capacity into the CQ's output words; returns the count or -errno.
 int PollInto(CqResource* cq);

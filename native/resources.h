@@ -71,6 +71,9 @@ struct CqResource : Resource {
   Napi::Reference<Napi::ArrayBuffer> output;  // completions are written here
   uint32_t* output_words = nullptr;
   uint32_t output_capacity = 0;  // completions that fit
+  // The output's last word: the count of the last poll, for the hot-path
+  // functions that return nothing (making a number costs ~50 instructions).
+  uint32_t* count_word = nullptr;
   std::vector<ibv_wc> wcs;
   bool rearm = true;  // false for busy polling: the loop polls, no wakeups needed
   ~CqResource() override { Close(); }

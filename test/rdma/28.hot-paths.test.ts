@@ -174,6 +174,36 @@ describe('hot paths', () => {
     expect(() => cq.poll()).toThrow(expect.objectContaining({ code: 'ERR_CLOSED' }))
   })
 
+  it('the hot-path functions leave the count of their poll in the CQ\'s count word (the output\'s last word), never a stale one', async () => {
+    type NativeCq = new (context: unknown, entries: number, output: Uint32Array, onCompletions: () => void, compVector: number) => { close(): void }
+    const NativeCompletionQueue = (a.cq.handle as unknown as { constructor: NativeCq }).constructor
+    // N completions of 16 words, then the count word: any other length is refused.
+    for (const length of [0, 16, 32, 18]) {
+      expect(() => new NativeCompletionQueue(device.handle, 16, new Uint32Array(length), () => {}, 0), `length ${length}`)
+        .toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
+    }
+    new NativeCompletionQueue(device.handle, 16, new Uint32Array(17), () => {}, 0).close()
+    // Three tagged READs complete; a poll reports what is left of them, and its count is in the count word.
+    const remote = b.region.asRemote()
+    const reported: number[] = []
+    a.qp.setCompletionHandler((tag, error) => { if (!error) reported.push(tag) })
+    try {
+      for (let tag = 1; tag <= 3; tag++) a.qp.postRead(a.region.slice(64 * tag, 8), remote.slice(0, 8), tag)
+      await new Promise((resolve) => setTimeout(resolve, 50)) // the device completes them; nothing polls meanwhile in this turn
+      const polled = a.cq.poll() // what the busy CQ's spin has not reported yet
+      expect(a.cq.polledCount[0]).toBe(polled)
+      expect(reported.sort()).toEqual([1, 2, 3])
+      expect(a.cq.poll()).toBe(0)
+      expect(a.cq.polledCount[0]).toBe(0) // the empty poll wrote 0 over the last count
+      // A post that polls writes its count: a READ completes inside its post on rxe, or a later poll finds it.
+      a.cq.polledCount[0] = 99
+      await within(a.qp.read(a.region.slice(0, 8), remote.slice(0, 8)))
+      expect(a.cq.polledCount[0]).toBeLessThanOrEqual(1)
+    } finally {
+      a.qp.setCompletionHandler(undefined)
+    }
+  })
+
   it('a closed queue pair or region is refused on the hot path with the general path\'s errors', async () => {
     const { a: x, b: y, close } = await connectedPair(device, { size: 4096 })
     try {
