@@ -204,6 +204,40 @@ describe('hot paths', () => {
     }
   })
 
+  it('the first send of a turn is posted at once, the rest of the turn together: one native call for them (docs/api.md)', async () => {
+    const { a: x, b: y, close } = await connectedPair(device, { size: 4096 })
+    try {
+      // Count the calls of the native post functions the QP binds (it binds them on first use, after this).
+      type Post = (...args: number[]) => unknown
+      const handle = x.qp.handle as unknown as { sendPoster(words: Uint32Array, cq?: unknown, kind?: number): Post }
+      const bind = handle.sendPoster.bind(handle)
+      let single = 0
+      const batches: number[] = [] // the count of each batch post
+      const counting = (words: Uint32Array, cq?: unknown, kind?: number): Post => {
+        const post = bind(words, cq, kind)
+        return kind ? () => { single++; return post() } : (start, count, poll) => { batches.push(count); return post(start, count, poll) }
+      }
+      Object.defineProperty(handle, 'sendPoster', { value: counting }) // the addon's method is read-only: an own property shadows it
+      const remote = y.region.asRemote()
+      // A fresh QP's first request takes the general path (it asks the port's max message size once).
+      await within(x.qp.read(x.region.slice(0, 8), remote.slice(0, 8)))
+      single = 0
+      batches.length = 0
+      for (let i = 0; i < 8; i++) x.region.bytes.set(pattern(8, 50 + i), 8 * i)
+      const writes = Array.from({ length: 8 }, (_, i) => x.qp.write(x.region.slice(8 * i, 8), remote.slice(8 * i, 8)))
+      await within(Promise.all(writes))
+      expect(single).toBe(1)
+      expect(batches).toEqual([7])
+      for (let i = 0; i < 8; i++) expect(Buffer.compare(y.region.bytes.subarray(8 * i, 8 * i + 8), pattern(8, 50 + i))).toBe(0)
+      // The next turn starts again with a post of its own.
+      await within(x.qp.read(x.region.slice(0, 8), remote.slice(0, 8)))
+      expect(single).toBe(2)
+      expect(batches).toEqual([7])
+    } finally {
+      close()
+    }
+  })
+
   it('a closed queue pair or region is refused on the hot path with the general path\'s errors', async () => {
     const { a: x, b: y, close } = await connectedPair(device, { size: 4096 })
     try {
