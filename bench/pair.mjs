@@ -1,8 +1,8 @@
 // Two RC queue pairs on one device, connected to each other, each with a
 // small region: the setup of the profiling scripts.
 import { Access } from '../dist/index.js'
-import { SendFlags, WrOpcode } from '../dist/constants.js'
-import { WorkRequestEncoder } from '../dist/work-request-encoding.js'
+import { SendFlags, WrOpcode } from '../dist/core/constants.js'
+import { WorkRequestEncoder } from '../dist/ops/encoder.js'
 
 const ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 

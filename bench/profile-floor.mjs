@@ -3,8 +3,8 @@
 import { performance } from 'node:perf_hooks'
 import { openDevice } from '../dist/index.js'
 import { connectedPair } from './pair.mjs'
-import { WorkRequestEncoder } from '../dist/work-request-encoding.js'
-import { WrOpcode, SendFlags } from '../dist/constants.js'
+import { WorkRequestEncoder } from '../dist/ops/encoder.js'
+import { WrOpcode, SendFlags } from '../dist/core/constants.js'
 
 const args = process.argv.slice(2)
 const n = Number(args[args.indexOf('--n') + 1] || 2000)

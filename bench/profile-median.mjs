@@ -2,8 +2,8 @@
 import { performance } from 'node:perf_hooks'
 import { openDevice } from '../dist/index.js'
 import { connectedPair } from './pair.mjs'
-import { WorkRequestEncoder } from '../dist/work-request-encoding.js'
-import { WrOpcode, SendFlags } from '../dist/constants.js'
+import { WorkRequestEncoder } from '../dist/ops/encoder.js'
+import { WrOpcode, SendFlags } from '../dist/core/constants.js'
 const n = Number(process.argv[2] || 1000)
 const med = (a) => { const s = Float64Array.from(a).sort(); return s[s.length >> 1] }
 for (const mode of ['event', 'busy']) {

@@ -3,7 +3,7 @@
 // platform (prebuilds/), nothing compiles. Without one, the addon is built
 // from source, and a build that cannot work says which packages to install.
 // With scripts disabled (--ignore-scripts, pnpm) this does not run at all and
-// the package still works when a prebuild matches: lib/native.ts loads it on
+// the package still works when a prebuild matches: lib/native/addon.ts loads it on
 // first use. NODE_IBVERBS_BUILD_FROM_SOURCE=1 (or npm's --build-from-source)
 // forces the source build.
 import { spawnSync } from 'node:child_process'
@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url'
 const require = createRequire(import.meta.url)
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 
-// The same list as lib/native.ts's BUILD_PACKAGES (test/unit/77 checks they agree).
+// The same list as lib/native/addon.ts's BUILD_PACKAGES (test/unit/77 checks they agree).
 export const BUILD_PACKAGES =
   '  Debian/Ubuntu: apt-get install libibverbs-dev librdmacm-dev pkg-config python3 make g++\n' +
   '  RHEL/Fedora:   dnf install rdma-core-devel pkgconf-pkg-config python3 make gcc-c++\n' +

@@ -9,7 +9,7 @@
 // 2. Runs itself with --in-rdma-env through scripts/softroce.sh (a real device,
 //    natively or in the QEMU guest). There it runs vitest with libasan
 //    preloaded into Node (an uninstrumented Node must load the ASan runtime
-//    first) and NODE_IBVERBS_ADDON pointing lib/native.ts at the ASan build.
+//    first) and NODE_IBVERBS_ADDON pointing lib/native/addon.ts at the ASan build.
 //
 // Options: --no-build reuses build/asan, --build-only stops after the build;
 // other arguments go to vitest

@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { NO_DEVICES_HELP } from '../device.js'
+import { NO_DEVICES_HELP } from '../verbs/device.js'
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const softroceScript = join(packageRoot, 'scripts', 'softroce.sh')

@@ -6,10 +6,10 @@
 // per-lock counter lets the data side refuse a holder that lost its lease.
 // See docs/locks.md for the protocol and what one-sided operations cannot enforce.
 import { randomInt } from 'node:crypto'
-import { RdmaError } from '../errors.js'
-import { RemoteSlice } from '../memory.js'
-import type { QueuePair } from '../queue-pair.js'
-import { instance, integer, object, optionalInteger, typeError } from '../validate.js'
+import { RdmaError } from '../core/errors.js'
+import { RemoteSlice } from '../verbs/memory.js'
+import type { QueuePair } from '../verbs/queue-pair.js'
+import { instance, integer, object, optionalInteger, typeError } from '../core/validate.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
 
 export interface RemoteLockTableOptions {

@@ -4,7 +4,7 @@
 //
 //   bits 63..48  owner (1..65535)
 //   bits 47..0   lease epoch: the holder's own acquisition counter
-import { integer, rangeError } from '../validate.js'
+import { integer, rangeError } from '../core/validate.js'
 
 export const FREE = 0n
 export const MAX_OWNER = 0xffff

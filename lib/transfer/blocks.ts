@@ -2,7 +2,7 @@
 // columns of numbers, validated against both segment tables' bounds,
 // coalesced where they touch on both sides, cut into slices no larger than
 // one work request may carry, and split into one contiguous run per QP.
-import { RdmaError } from '../errors.js'
+import { RdmaError } from '../core/errors.js'
 
 /** Blocks in columns: block i moves len[i] bytes between (lseg[i], loff[i]) here and (rseg[i], roff[i]) there. */
 export interface BlockColumns {

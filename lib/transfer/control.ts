@@ -3,9 +3,9 @@
 // endpoints of the data QPs), the segment tables (versioned, in chunks, then
 // additions and withdrawals) and notifications. Nothing rides in private data
 // but a protocol tag.
-import { RdmaError } from '../errors.js'
-import { bounded, type Connection } from '../cm.js'
-import type { QpEndpoint } from '../queue-pair.js'
+import { RdmaError } from '../core/errors.js'
+import { bounded, type Connection } from '../cm/cm.js'
+import type { QpEndpoint } from '../verbs/queue-pair.js'
 import type { SegmentEntry } from './segments.js'
 
 /** Version of the messages below; a peer that speaks another is refused. */

@@ -2,11 +2,11 @@
 // RC QPs on a CQ of their own, connected with endpoints exchanged over the
 // control channel). A link is used until it fails; then it is torn down as a
 // whole and never reused: the next transfer gets a fresh link (fresh QPs).
-import { connect, type Connection, type ConnectionRequest } from '../cm.js'
-import { RdmaError } from '../errors.js'
-import type { CompletionQueue } from '../completion-queue.js'
-import type { ProtectionDomain } from '../protection-domain.js'
-import type { QueuePair } from '../queue-pair.js'
+import { connect, type Connection, type ConnectionRequest } from '../cm/cm.js'
+import { RdmaError } from '../core/errors.js'
+import type { CompletionQueue } from '../verbs/completion-queue.js'
+import type { ProtectionDomain } from '../verbs/protection-domain.js'
+import type { QueuePair } from '../verbs/queue-pair.js'
 import { QpPoster } from './poster.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
 import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'

@@ -1,6 +1,6 @@
 // A peer as the user holds it: a stable handle over the links that come and
 // go (a failed link is replaced by a fresh one on the next transfer).
-import { RdmaError } from '../errors.js'
+import { RdmaError } from '../core/errors.js'
 import { PeerCounters, type PeerStats } from './stats.js'
 import type { Link } from './link.js'
 import type { SegmentRights } from './segments.js'

@@ -1,8 +1,8 @@
 // From the caller's blocks to a checked plan: segments resolved and rights
 // checked once per distinct segment, every block checked against both
 // tables' bounds, then coalesced, sliced and striped (blocks.ts).
-import { RdmaError } from '../errors.js'
-import { typeError } from '../validate.js'
+import { RdmaError } from '../core/errors.js'
+import { typeError } from '../core/validate.js'
 import { emptyColumns, planSlices, validateColumns, type BlockColumns, type SlicePlan } from './blocks.js'
 import { Segment, type LocalTable, type RemoteSegment, type RemoteTable } from './segments.js'
 

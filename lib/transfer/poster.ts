@@ -4,7 +4,7 @@
 // concurrent transfers share the QP fairly), and never has more work
 // requests in flight than the QP's send queue holds: the rest waits here,
 // in JS, instead of failing with ENOMEM.
-import type { QueuePair } from '../queue-pair.js'
+import type { QueuePair } from '../verbs/queue-pair.js'
 
 /** A batch a source posted: its work requests, the bytes they move, and its completion. */
 export interface PostedBatch { wrs: number; bytes: number; done: Promise<void> }

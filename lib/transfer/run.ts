@@ -2,10 +2,10 @@
 // QP posters, counts what completions confirm, and settles exactly once —
 // done (after the notification, if any, is sent), or failed / timed out /
 // aborted with the bytes known to have landed.
-import { SendFlags, WrOpcode } from '../constants.js'
-import { RdmaError } from '../errors.js'
-import type { MemoryRegion } from '../memory.js'
-import type { QueuePair } from '../queue-pair.js'
+import { SendFlags, WrOpcode } from '../core/constants.js'
+import { RdmaError } from '../core/errors.js'
+import type { MemoryRegion } from '../verbs/memory.js'
+import type { QueuePair } from '../verbs/queue-pair.js'
 import type { CheckedPlan } from './plan.js'
 import type { PostedBatch, PostSource, QpPoster } from './poster.js'
 import { codeOf, TransferError } from './transfer-error.js'

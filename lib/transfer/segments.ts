@@ -2,9 +2,9 @@
 // rights (the security boundary). The local table is versioned; each change
 // goes to every peer over the control channel. A peer's table is the mirror
 // a transfer is checked against before anything is posted.
-import { Access } from '../constants.js'
-import { RdmaError } from '../errors.js'
-import { RemoteRegion, type MemoryRegion } from '../memory.js'
+import { Access } from '../core/constants.js'
+import { RdmaError } from '../core/errors.js'
+import { RemoteRegion, type MemoryRegion } from '../verbs/memory.js'
 
 /** What a peer may do to a segment with one-sided operations. */
 export type SegmentRights = 'none' | 'read' | 'write' | 'read-write'

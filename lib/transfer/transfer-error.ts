@@ -1,6 +1,6 @@
 // The error a failed transfer rejects with: an RdmaError that also says how
 // many bytes are known to have landed (confirmed by completions) before it failed.
-import { RdmaError } from '../errors.js'
+import { RdmaError } from '../core/errors.js'
 
 export class TransferError extends RdmaError {
   /** Bytes confirmed placed (write: in the peer's memory; read: here) before the failure. */

@@ -3,7 +3,7 @@
 // many settled and how; stops at the first round that does not finish.
 // node scripts/diag/cq-credit-stress.mjs [rounds] [first wr_id]
 import { openDevice } from '../../dist/index.js'
-import { allocateWrIds } from '../../dist/pending.js'
+import { allocateWrIds } from '../../dist/ops/pending.js'
 import { smallSharedCq, writeAll } from './small-shared-cq.mjs'
 
 const rounds = Number(process.argv[2] ?? 30)

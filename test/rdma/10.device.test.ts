@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { listDevices, openDevice, RdmaError } from '../../dist/index.js'
-import { native } from '../../dist/native.js'
+import { native } from '../../dist/native/addon.js'
 import { testDevice } from './helpers.js'
 import { envMissing, needs } from './needs.js'
 import { kernelDevices } from '../unit/kernel-devices.js'

@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import { Access, type AsyncEvent, type Device } from '../../dist/index.js'
-import { native } from '../../dist/native.js'
+import { native } from '../../dist/native/addon.js'
 import { ALL_ACCESS, connectedPair, srqPair, testDevice, within } from './helpers.js'
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))

@@ -13,7 +13,7 @@ import {
 } from 'node-ibverbs'
 
 // @ts-expect-error only the package entry is exported, not its files
-import type { NativeAddon } from 'node-ibverbs/dist/native.js'
+import type { NativeAddon } from 'node-ibverbs/dist/native/addon.js'
 
 declare function sendToPeer(value: unknown): void
 declare function fromPeer<T>(): Promise<T>

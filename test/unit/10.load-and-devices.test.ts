@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import * as api from '../../dist/index.js'
-import { native } from '../../dist/native.js'
-import { NO_DEVICES_HELP } from '../../dist/device.js'
+import { native } from '../../dist/native/addon.js'
+import { NO_DEVICES_HELP } from '../../dist/verbs/device.js'
 import { kernelDevices } from './kernel-devices.js'
 
 const { listDevices, openDevice, RdmaError } = api
@@ -40,17 +40,18 @@ describe('the addon', () => {
   })
 
   it('reports a failed load with code ERR_ADDON_LOAD and install hints', () => {
-    // A copy of dist/native.js in a package without build/ or prebuilds/:
+    // A copy of dist/native/addon.js in a package without build/ or prebuilds/:
     // node-gyp-build finds no binary, and load() must explain what to do.
     const dir = mkdtempSync(join(tmpdir(), 'ibverbs-noaddon-'))
     try {
-      mkdirSync(join(dir, 'dist'))
-      cpSync(join(root, 'dist', 'native.js'), join(dir, 'dist', 'native.js'))
-      cpSync(join(root, 'dist', 'errors.js'), join(dir, 'dist', 'errors.js'))
+      mkdirSync(join(dir, 'dist', 'native'), { recursive: true })
+      mkdirSync(join(dir, 'dist', 'core'))
+      cpSync(join(root, 'dist', 'native', 'addon.js'), join(dir, 'dist', 'native', 'addon.js'))
+      cpSync(join(root, 'dist', 'core', 'errors.js'), join(dir, 'dist', 'core', 'errors.js'))
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'x', type: 'module' }))
       symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'))
       // Importing never throws (the addon loads on first use): loadError() tells.
-      const script = `import('./dist/native.js').then((m) => { const e = m.loadError(); console.log(e ? JSON.stringify({ code: e.code, message: e.message, cause: !!e.cause }) : 'LOADED') })`
+      const script = `import('./dist/native/addon.js').then((m) => { const e = m.loadError(); console.log(e ? JSON.stringify({ code: e.code, message: e.message, cause: !!e.cause }) : 'LOADED') })`
       const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: dir, encoding: 'utf8' })
       const out = child.stdout.trim()
       expect(out).not.toBe('LOADED')

@@ -1,10 +1,10 @@
-// Reading RLIMIT_MEMLOCK from /proc (lib/memlock.ts): the soft limit, in bytes
+// Reading RLIMIT_MEMLOCK from /proc (lib/core/memlock.ts): the soft limit, in bytes
 // or unlimited, and which registration failures are explained by it.
 import { describe, expect, it } from 'vitest'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { explainRegistrationFailure, memlockLimit } from '../../dist/memlock.js'
+import { explainRegistrationFailure, memlockLimit } from '../../dist/core/memlock.js'
 import { RdmaError } from '../../dist/index.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'memlock-'))

@@ -10,14 +10,14 @@ import { join } from 'node:path'
 import { thrown } from './thrown.js'
 import {
   boolean, instance, integer, object, oneOf, optionalInteger, optionalObject, rangeError, typeError, uint64, waitOptions,
-} from '../../lib/validate.js'
-import { call, closedError, fromNative, RdmaError } from '../../lib/errors.js'
-import { Access, mtuBytes, mtuEnum, QpState, QpType, SendFlags, WcFlags, wcOpcodeNames, WrOpcode, wcStatusNames } from '../../lib/constants.js'
-import { Resource } from '../../lib/resource.js'
-import { allocateWrIds, completionError, Pending, type CompletionEntry, type PendingOwner } from '../../lib/pending.js'
-import { WorkQueueSlots } from '../../lib/work-queue.js'
-import { localSges, receiveCompletion } from '../../lib/queue-pair.js'
-import { NativeMemory } from '../../lib/memory.js'
+} from '../../lib/core/validate.js'
+import { call, closedError, fromNative, RdmaError } from '../../lib/core/errors.js'
+import { Access, mtuBytes, mtuEnum, QpState, QpType, SendFlags, WcFlags, wcOpcodeNames, WrOpcode, wcStatusNames } from '../../lib/core/constants.js'
+import { Resource } from '../../lib/core/resource.js'
+import { allocateWrIds, completionError, Pending, type CompletionEntry, type PendingOwner } from '../../lib/ops/pending.js'
+import { WorkQueueSlots } from '../../lib/ops/slots.js'
+import { localSges, receiveCompletion } from '../../lib/verbs/queue-pair.js'
+import { NativeMemory } from '../../lib/verbs/memory.js'
 
 
 describe('validate.ts: message shape', () => {
@@ -176,7 +176,7 @@ describe('constants.ts (values of rdma-core enums), checked against infiniband/v
   // The C compiler reads the installed header (libibverbs-dev, which the addon
   // needs to build): every TS name maps to its C enumerator, and cc prints its value.
   const snake = (name: string) => name.replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase()
-  const ours = new Map<string, number>() // C enumerator -> the value lib/constants.ts uses
+  const ours = new Map<string, number>() // C enumerator -> the value lib/core/constants.ts uses
   const want = (cName: string, value: number) => ours.set(cName, value)
   for (const [name, value] of Object.entries(Access)) want(name === 'Relaxed' ? 'IBV_ACCESS_RELAXED_ORDERING' : `IBV_ACCESS_${snake(name)}`, value)
   for (const [name, value] of Object.entries(QpType)) want(`IBV_QPT_${name}`, value)
@@ -196,7 +196,7 @@ describe('constants.ts (values of rdma-core enums), checked against infiniband/v
   })
 
   it('every constant has the value verbs.h gives its enumerator', () => {
-    expect(Object.fromEntries(ours), 'lib/constants.ts (received) vs verbs.h (expected)').toEqual(Object.fromEntries(verbsH))
+    expect(Object.fromEntries(ours), 'lib/core/constants.ts (received) vs verbs.h (expected)').toEqual(Object.fromEntries(verbsH))
   })
 
   it('wcStatusNames lists every ibv_wc_status, in order', () => {

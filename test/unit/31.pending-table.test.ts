@@ -1,8 +1,8 @@
 // PendingTable: the ring that indexes requests in flight by their last
 // wr_id, with a Map for ids that land on a taken slot.
 import { describe, expect, it } from 'vitest'
-import { PendingTable } from '../../lib/pending-table.js'
-import type { Pending } from '../../lib/pending.js'
+import { PendingTable } from '../../lib/ops/pending-table.js'
+import type { Pending } from '../../lib/ops/pending.js'
 
 const request = (firstWrId: number, lastWrId = firstWrId) =>
   ({ firstWrId, lastWrId, contains: (id: number) => id >= firstWrId && id <= lastWrId }) as unknown as Pending

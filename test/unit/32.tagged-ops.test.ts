@@ -1,12 +1,12 @@
-// TaggedOps: the ring of tagged requests in flight (lib/tagged-ops.ts). Each
+// TaggedOps: the ring of tagged requests in flight (lib/ops/tagged-ops.ts). Each
 // request is reported exactly once, by the tag it was posted with; wr_ids of
 // finished or foreign requests are ignored; reports found by a post are held
 // and delivered after it, in order.
 import { describe, expect, it } from 'vitest'
-import { afterPost, deliverHeld, reportsHeld, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/tagged-ops.js'
-import { RdmaError } from '../../lib/errors.js'
-import type { CompletionEntry } from '../../lib/pending.js'
-import type { MemoryRegion } from '../../lib/memory.js'
+import { afterPost, deliverHeld, reportsHeld, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/ops/tagged-ops.js'
+import { RdmaError } from '../../lib/core/errors.js'
+import type { CompletionEntry } from '../../lib/ops/pending.js'
+import type { MemoryRegion } from '../../lib/verbs/memory.js'
 
 const WRITE = TAGGED_VERBS.indexOf('write')
 const READ = TAGGED_VERBS.indexOf('read')

@@ -1,14 +1,14 @@
-// PromiseOps: the ring behind the promises' fast path (lib/promise-ops.ts).
+// PromiseOps: the ring behind the promises' fast path (lib/ops/promise-ops.ts).
 // Each request's promise settles exactly once: resolved by its completion
 // (an atomic with the value that landed in its slot), rejected by an error
 // completion, a refused post, a failed CQ or a destroyed QP; its region is
 // held and a library-owned atomic slot kept until the device is done.
 import { describe, expect, it } from 'vitest'
-import { PROMISE_WR_ID_BASE, PromiseOps } from '../../lib/promise-ops.js'
-import { TAGGED_FETCH_ADD, TAGGED_READ, TAGGED_WRITE } from '../../lib/tagged-ops.js'
-import { RdmaError } from '../../lib/errors.js'
-import type { CompletionEntry } from '../../lib/pending.js'
-import type { LocalSlice, MemoryRegion } from '../../lib/memory.js'
+import { PROMISE_WR_ID_BASE, PromiseOps } from '../../lib/ops/promise-ops.js'
+import { TAGGED_FETCH_ADD, TAGGED_READ, TAGGED_WRITE } from '../../lib/ops/tagged-ops.js'
+import { RdmaError } from '../../lib/core/errors.js'
+import type { CompletionEntry } from '../../lib/ops/pending.js'
+import type { LocalSlice, MemoryRegion } from '../../lib/verbs/memory.js'
 
 function setup(capacity: number) {
   const region = { inflight: 0, released() { this.inflight-- }, length: 64, bytes: new Uint8Array(64) }

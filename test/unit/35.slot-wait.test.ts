@@ -2,8 +2,8 @@
 // its timeout and signal, leaves the queue it waits in, and gives back what
 // it took.
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { SlotWait, WorkQueueSlots } from '../../lib/work-queue.js'
-import type { WaitOptions } from '../../lib/validate.js'
+import { SlotWait, WorkQueueSlots } from '../../lib/ops/slots.js'
+import type { WaitOptions } from '../../lib/core/validate.js'
 
 function waiter(queues: WorkQueueSlots[], slots: number, wait: WaitOptions, taken = 0, owner: unknown = 'qp') {
   const ready = vi.fn()

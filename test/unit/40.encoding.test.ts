@@ -2,9 +2,9 @@
 // native/work_request.{h,cc}: send header 16 words, recv header 4 words, SGE
 // 4 words (addr lo, addr hi, length, lkey); 64-bit values as lo, hi.
 import { describe, expect, it } from 'vitest'
-import { WorkRequestEncoder } from '../../lib/work-request-encoding.js'
-import { SendFlags, WrOpcode } from '../../lib/constants.js'
-import { native } from '../../lib/native.js'
+import { WorkRequestEncoder } from '../../lib/ops/encoder.js'
+import { SendFlags, WrOpcode } from '../../lib/core/constants.js'
+import { native } from '../../lib/native/addon.js'
 import { thrown } from './thrown.js'
 
 const TWO_32 = 2 ** 32

@@ -2,7 +2,7 @@
 // without BigInt arithmetic above 2^32: every value round-trips exactly.
 import { describe, expect, it } from 'vitest'
 import fc from 'fast-check'
-import { readU64LE, smallU64, writeOperand, writeU64 } from '../../lib/u64.js'
+import { readU64LE, smallU64, writeOperand, writeU64 } from '../../lib/core/u64.js'
 import { thrown } from './thrown.js'
 
 const fromWords = (w: Uint32Array, at: number) => BigInt(w[at]!) | (BigInt(w[at + 1]!) << 32n)

@@ -2,10 +2,10 @@
 // (WorkRequestEncoder.addOne / setAtomicOperands) instead of building wr and
 // sge objects for addSend: both must produce the same words.
 import { describe, expect, it } from 'vitest'
-import { WorkRequestEncoder, type SendWr } from '../../lib/work-request-encoding.js'
-import { SendFlags, WrOpcode } from '../../lib/constants.js'
-import { smallU64 } from '../../lib/u64.js'
-import type { LocalSlice, RemoteSlice } from '../../lib/memory.js'
+import { WorkRequestEncoder, type SendWr } from '../../lib/ops/encoder.js'
+import { SendFlags, WrOpcode } from '../../lib/core/constants.js'
+import { smallU64 } from '../../lib/core/u64.js'
+import type { LocalSlice, RemoteSlice } from '../../lib/verbs/memory.js'
 
 const TWO_32 = 2 ** 32
 

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest'
 import { thrown } from './thrown.js'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
-import { native } from '../../dist/native.js'
+import { native } from '../../dist/native/addon.js'
 
 
 const wrongKind = () => new native.NativeBuffer(4096)

@@ -4,7 +4,7 @@
 // mapped lazily, so these tests touch only the pages they write.
 import { describe, expect, it } from 'vitest'
 import { thrown } from './thrown.js'
-import { native } from '../../dist/native.js'
+import { native } from '../../dist/native/addon.js'
 import { NativeMemory } from '../../dist/index.js'
 
 const MAX_VIEW_BYTES = NativeMemory.MAX_VIEW_BYTES

@@ -3,9 +3,9 @@
 // message size are split into requests that cover the same bytes in order.
 import { describe, expect, it } from 'vitest'
 import { thrown } from './thrown.js'
-import { WorkRequestEncoder, type SendWr } from '../../lib/work-request-encoding.js'
-import { MAX_SGE_BYTES, splitWr } from '../../lib/split.js'
-import { SendFlags, WrOpcode } from '../../lib/constants.js'
+import { WorkRequestEncoder, type SendWr } from '../../lib/ops/encoder.js'
+import { MAX_SGE_BYTES, splitWr } from '../../lib/ops/split.js'
+import { SendFlags, WrOpcode } from '../../lib/core/constants.js'
 
 const TWO_32 = 2 ** 32
 const GiB = 2 ** 30

@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 // @ts-expect-error: a plain .mjs script without types
 import { BUILD_PACKAGES as INSTALL_PACKAGES } from '../../scripts/install.mjs'
-import { BUILD_PACKAGES } from '../../dist/native.js'
+import { BUILD_PACKAGES } from '../../dist/native/addon.js'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 let work: string

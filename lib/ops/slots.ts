@@ -2,8 +2,8 @@
 // completion queue's entries (credits). Requests that would overflow it wait
 // in order until completions free slots, instead of failing with ENOMEM from
 // the provider (or, for a CQ, overrunning it and losing completions).
-import { RdmaError } from './errors.js'
-import type { WaitOptions } from './validate.js'
+import { RdmaError } from '../core/errors.js'
+import type { WaitOptions } from '../core/validate.js'
 
 /** A request waiting for slots; its slots are taken before grant() runs. */
 interface Waiter { readonly slots: number; readonly owner: unknown; grant(): void; reject(error: Error): void }

@@ -1,10 +1,10 @@
 // Encodes work requests into a reusable Uint32Array that the addon posts with
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
-import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from './native.js'
-import { RdmaError } from './errors.js'
-import { writeOperand, writeU64 } from './u64.js'
-import { SendFlags, WrOpcode } from './constants.js'
-import type { LocalSlice, RemoteSlice } from './memory.js'
+import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from '../native/addon.js'
+import { RdmaError } from '../core/errors.js'
+import { writeOperand, writeU64 } from '../core/u64.js'
+import { SendFlags, WrOpcode } from '../core/constants.js'
+import type { LocalSlice, RemoteSlice } from '../verbs/memory.js'
 
 const SEND_HEADER = SEND_HEADER_WORDS // 16
 const RECV_HEADER = RECV_HEADER_WORDS // 4

@@ -1,27 +1,27 @@
 // Queue pairs: connection setup (INIT -> RTR -> RTS) from a JSON-safe
 // endpoint, and every operation as a promise that settles on its completion.
-import { native, SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeQueuePair, type PostFunction, type PostOneFunction } from './native.js'
-import { call, closedError, fromNative, RdmaError } from './errors.js'
-import { Resource } from './resource.js'
-import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from './constants.js'
+import { native, SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeQueuePair, type PostFunction, type PostOneFunction } from '../native/addon.js'
+import { call, closedError, fromNative, RdmaError } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
+import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from '../core/constants.js'
 import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
-import { PendingTable } from './pending-table.js'
-import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from './pending.js'
-import { WorkRequestEncoder, type SendWr, type Sge } from './work-request-encoding.js'
-import { MAX_SGE_BYTES, splitWr } from './split.js'
-import { abortError, SlotWait, WorkQueueSlots } from './work-queue.js'
-import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from './validate.js'
+import { PendingTable } from '../ops/pending-table.js'
+import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from '../ops/pending.js'
+import { WorkRequestEncoder, type SendWr, type Sge } from '../ops/encoder.js'
+import { MAX_SGE_BYTES, splitWr } from '../ops/split.js'
+import { abortError, SlotWait, WorkQueueSlots } from '../ops/slots.js'
+import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from '../core/validate.js'
 import { CompletionQueue } from './completion-queue.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
-import { smallU64 } from './u64.js'
-import { PROMISE_WR_ID_BASE, PromiseOps, readAtomicValue } from './promise-ops.js'
+import { smallU64 } from '../core/u64.js'
+import { PROMISE_WR_ID_BASE, PromiseOps, readAtomicValue } from '../ops/promise-ops.js'
 import {
   handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WR_ID_BASE, TAGGED_WRITE, TaggedOps, type CompletionHandler,
-} from './tagged-ops.js'
+} from '../ops/tagged-ops.js'
 
 /** Encoder for receives and custom posts (used and emptied within one call). */
 const encoder = new WorkRequestEncoder()

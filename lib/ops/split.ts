@@ -1,7 +1,7 @@
 // Splits a write or read that is longer than the device's max message size
 // into several work requests that together move the same bytes, in order.
-import { SendFlags, WrOpcode } from './constants.js'
-import type { SendWr, Sge } from './work-request-encoding.js'
+import { SendFlags, WrOpcode } from '../core/constants.js'
+import type { SendWr, Sge } from './encoder.js'
 
 const TWO_32 = 4294967296
 /** The most bytes one SGE (and so one work request, here) can name: its length field has 32 bits. */

@@ -1,9 +1,9 @@
 // Devices: listing, opening, queries, and device async events.
 import { EventEmitter } from 'node:events'
-import { native, whenLoaded, type NativeContext } from './native.js'
-import { call, errnoName, RdmaError } from './errors.js'
-import { Resource } from './resource.js'
-import { integer, typeError } from './validate.js'
+import { native, whenLoaded, type NativeContext } from '../native/addon.js'
+import { call, errnoName, RdmaError } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
+import { integer, typeError } from '../core/validate.js'
 import { ProtectionDomain } from './protection-domain.js'
 import { CompletionQueue, type CompletionQueueOptions } from './completion-queue.js'
 import type { QueuePair } from './queue-pair.js'

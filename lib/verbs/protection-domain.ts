@@ -1,10 +1,10 @@
 // Protection domain: the owner of memory registrations, queue pairs, SRQs,
 // address handles and memory windows.
-import { native, type NativeProtectionDomain } from './native.js'
-import { call, RdmaError } from './errors.js'
-import { Resource } from './resource.js'
-import { Access } from './constants.js'
-import { integer } from './validate.js'
+import { native, type NativeProtectionDomain } from '../native/addon.js'
+import { call, RdmaError } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
+import { Access } from '../core/constants.js'
+import { integer } from '../core/validate.js'
 import { MemoryRegion, NativeMemory, type LocalSlice, type RegisterableMemory } from './memory.js'
 import { QueuePair, type QueuePairOptions } from './queue-pair.js'
 import { SharedReceiveQueue, type SharedReceiveQueueOptions } from './shared-receive-queue.js'

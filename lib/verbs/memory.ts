@@ -1,10 +1,10 @@
 // Native buffers, memory regions, and the local/remote slices that work
 // requests name. Every slice is bounds-checked when it is made.
-import { native, type NativeBufferHandle, type NativeMemoryRegion } from './native.js'
-import { call, closedError, RdmaError } from './errors.js'
-import { explainRegistrationFailure } from './memlock.js'
-import { Resource } from './resource.js'
-import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from './validate.js'
+import { native, type NativeBufferHandle, type NativeMemoryRegion } from '../native/addon.js'
+import { call, closedError, RdmaError } from '../core/errors.js'
+import { explainRegistrationFailure } from '../core/memlock.js'
+import { Resource } from '../core/resource.js'
+import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import { markAsUntransferable } from 'node:worker_threads'
 

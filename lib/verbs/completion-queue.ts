@@ -3,14 +3,14 @@
 // this class settles the matching requests. A busy-poll mode trades CPU for
 // latency.
 import { performance } from 'node:perf_hooks'
-import { COMPLETION_WORDS, native, type NativeCompletionQueue } from './native.js'
-import { call, closedError, errnoName, fromNative, RdmaError } from './errors.js'
-import { Resource } from './resource.js'
-import type { CompletionEntry, Pending } from './pending.js'
-import { WorkQueueSlots } from './work-queue.js'
-import { afterPost, deliverHeld, reportsHeld } from './tagged-ops.js'
-import { PROMISE_WR_ID_BASE } from './promise-ops.js'
-import { integer, oneOf, optionalObject } from './validate.js'
+import { COMPLETION_WORDS, native, type NativeCompletionQueue } from '../native/addon.js'
+import { call, closedError, errnoName, fromNative, RdmaError } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
+import type { CompletionEntry, Pending } from '../ops/pending.js'
+import { WorkQueueSlots } from '../ops/slots.js'
+import { afterPost, deliverHeld, reportsHeld } from '../ops/tagged-ops.js'
+import { PROMISE_WR_ID_BASE } from '../ops/promise-ops.js'
+import { integer, oneOf, optionalObject } from '../core/validate.js'
 import type { Device } from './device.js'
 
 const WORDS = COMPLETION_WORDS

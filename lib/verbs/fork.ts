@@ -2,8 +2,8 @@
 // forked child copy-on-write: the parent's next write moved the parent to a
 // new page while the device kept the old one. Kernels from 5.13 copy pinned
 // pages into the child at fork instead, and libibverbs reports 'unneeded'.
-import { native } from './native.js'
-import { call, RdmaError } from './errors.js'
+import { native } from '../native/addon.js'
+import { call, RdmaError } from '../core/errors.js'
 
 /**
  * 'unneeded': the kernel keeps registered memory with the parent across

@@ -4,10 +4,10 @@
 // by the request's sequence number, which its wr_id carries: no object is
 // allocated per request. Promises stay the default; this path is for code
 // that counts instructions per operation (docs/api.md, "Tagged operations").
-import { RdmaError } from './errors.js'
-import { WrOpcode } from './constants.js'
+import { RdmaError } from '../core/errors.js'
+import { WrOpcode } from '../core/constants.js'
 import { completionError, type CompletionEntry } from './pending.js'
-import type { MemoryRegion } from './memory.js'
+import type { MemoryRegion } from '../verbs/memory.js'
 import { RequestRing, type RingOwner } from './request-ring.js'
 
 /** The verbs a tagged request can be, by the index its ring slot keeps; the indexes; each one's opcode. */

@@ -1,8 +1,8 @@
 // Memory windows: a revocable remote grant over part of a region. Bind with
 // qp.bindWindow(); revoke with qp.invalidate(rkey) (type 2), a rebind, or close().
-import { native, type NativeMemoryWindow } from './native.js'
-import { call } from './errors.js'
-import { Resource } from './resource.js'
+import { native, type NativeMemoryWindow } from '../native/addon.js'
+import { call } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
 import type { ProtectionDomain } from './protection-domain.js'
 
 export class MemoryWindow extends Resource {

@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
 import { dirname, join } from 'node:path'
-import { RdmaError } from './errors.js'
+import { RdmaError } from '../core/errors.js'
 
 export interface NativeDeviceInfo { name: string; guid: string; nodeType: string; transport: string }
 
@@ -137,7 +137,7 @@ export interface NativeAddon {
   recvHeaderWords: number
 }
 
-const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..')
+const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..') // dist/native/ -> the package
 
 // Layout constants of native/work_request.h and resources.h. They are known
 // without the addon (the encoders are pure); load() checks that the addon

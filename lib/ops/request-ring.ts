@@ -4,8 +4,8 @@
 // CQ credit first, so at most `capacity` are in flight and slots never
 // collide. Base of the tagged path (TaggedOps) and of the promises' fast path
 // (PromiseOps); each says how a request is reported.
-import type { RdmaError } from './errors.js'
-import type { MemoryRegion } from './memory.js'
+import type { RdmaError } from '../core/errors.js'
+import type { MemoryRegion } from '../verbs/memory.js'
 
 /** What a ring needs of its QP. */
 export interface RingOwner {

@@ -1,8 +1,8 @@
 // Address handles: the destination of UD sends.
-import { native, type NativeAddressHandle } from './native.js'
-import { call } from './errors.js'
-import { Resource } from './resource.js'
-import { integer, object, typeError } from './validate.js'
+import { native, type NativeAddressHandle } from '../native/addon.js'
+import { call } from '../core/errors.js'
+import { Resource } from '../core/resource.js'
+import { integer, object, typeError } from '../core/validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
 
 export interface AddressHandleOptions {

@@ -3,10 +3,10 @@
 // and its requests can be garbage-collected together). A Pending "settles" (its promise resolves or rejects) and
 // separately "finishes" (the hardware is done with its memory: its last
 // completion arrived or its queue pair was destroyed).
-import { RdmaError } from './errors.js'
-import { wcStatusNames } from './constants.js'
-import type { MemoryRegion } from './memory.js'
-import type { WaitOptions } from './validate.js'
+import { RdmaError } from '../core/errors.js'
+import { wcStatusNames } from '../core/constants.js'
+import type { MemoryRegion } from '../verbs/memory.js'
+import type { WaitOptions } from '../core/validate.js'
 import type { PendingIndex } from './pending-table.js'
 
 /** A completion as read from the CQ's output words. */

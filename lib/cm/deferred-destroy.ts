@@ -4,7 +4,7 @@
 // never refills it, so that host receives no rdma_cm message again until its
 // rxe device is re-created (docs/reliability.md, "Link flaps"). So an id whose
 // port is down is destroyed only once the port is ACTIVE again.
-import type { NativeCmId } from './native.js'
+import type { NativeCmId } from '../native/addon.js'
 
 const POLL_MS = 250
 // The port must read ACTIVE at two polls in a row: the netdev's routes and

@@ -6,9 +6,9 @@
 // sends gathered in one turn) takes the Pending path.
 import { completionError, type CompletionEntry } from './pending.js'
 import { RequestRing, type RingOwner } from './request-ring.js'
-import type { RdmaError } from './errors.js'
-import { NativeMemory, type LocalSlice, type MemoryRegion } from './memory.js'
-import { readU64LE } from './u64.js'
+import type { RdmaError } from '../core/errors.js'
+import { NativeMemory, type LocalSlice, type MemoryRegion } from '../verbs/memory.js'
+import { readU64LE } from '../core/u64.js'
 import { TAGGED_VERBS } from './tagged-ops.js' // the same verb indexes
 
 /** The fast path's wr_ids, below the tagged ones (TAGGED_WR_ID_BASE); the Pending path counts up from 1. */
