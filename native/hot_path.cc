@@ -61,10 +61,18 @@ napi_value PostFrom(napi_env env, SendPoster* poster, uint32_t start, uint32_t c
     Napi::Env e(env);
     QpResource* qp = Live(e, poster->qp, "QueuePair");
     if (start > poster->length) ThrowCode(e, "ERR_INVALID_ARG_VALUE", "Malformed work request batch: start past the end");
-    ibv_send_wr* first = DecodeSendBatch(e, poster->words + start, poster->length - start, count, qp->qp->qp_type, &AddonData::Get(e)->scratch);
-    ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(qp->qp, first, &bad);
-    if (rc) ThrowPostError(e, rc, "ibv_post_send", bad ? static_cast<uint32_t>(bad - first) : 0);
+    DecodeFailure failure;
+    ibv_send_wr* first = DecodeSendPrefix(e, poster->words + start, poster->length - start, count, qp->qp->qp_type,
+                                          &AddonData::Get(e)->scratch, &failure);
+    if (first != nullptr) {
+      ibv_send_wr* bad = nullptr;
+      int rc = ibv_post_send(qp->qp, first, &bad);
+      if (rc) ThrowPostError(e, rc, "ibv_post_send", bad ? static_cast<uint32_t>(bad - first) : 0);
+    }
+    if (failure.error) {  // the requests before the culprit are posted; it and the rest are not
+      failure.error->Set("posted", Napi::Number::New(e, failure.index));
+      throw *failure.error;
+    }
     CqResource* cq = poster->cq.get();
     if (poll && cq && !cq->closed() && cq->cq) polled = PollInto(cq);
   } catch (const Napi::Error& error) {

@@ -79,6 +79,11 @@ static void DecodeSendWr(Napi::Env env, const uint32_t* w, ibv_qp_type qp_type, 
 
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
                              ibv_qp_type qp_type, WorkRequestScratch* scratch) {
+  return DecodeSendPrefix(env, words, length, count, qp_type, scratch, nullptr);
+}
+
+ibv_send_wr* DecodeSendPrefix(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
+                              ibv_qp_type qp_type, WorkRequestScratch* scratch, DecodeFailure* failure) {
   if (count == 0) Malformed(env, "no work requests");
   // First pass: sizes, so the vectors are not reallocated while linking.
   size_t offset = 0, total_sges = 0;
@@ -96,7 +101,19 @@ ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length
   size_t sge_index = 0;
   for (uint32_t i = 0; i < count; i++) {
     ibv_send_wr& wr = scratch->send[i];
-    DecodeSendWr(env, words + offset, qp_type, &wr, scratch->sges.data() + sge_index);
+    if (failure == nullptr) {
+      DecodeSendWr(env, words + offset, qp_type, &wr, scratch->sges.data() + sge_index);
+    } else {
+      try {
+        DecodeSendWr(env, words + offset, qp_type, &wr, scratch->sges.data() + sge_index);
+      } catch (const Napi::Error& error) {
+        failure->index = i;
+        failure->error = error;
+        if (i == 0) return nullptr;
+        scratch->send[i - 1].next = nullptr;
+        return scratch->send.data();
+      }
+    }
     sge_index += wr.num_sge;
     wr.next = i + 1 < count ? &scratch->send[i + 1] : nullptr;
     offset += kSendHeaderWords + wr.num_sge * kSgeWords;

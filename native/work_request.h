@@ -3,6 +3,7 @@
 // lo, hi) must match lib/work-request-encoding.ts.
 #pragma once
 
+#include <optional>
 #include <infiniband/verbs.h>
 #include <napi.h>
 
@@ -27,6 +28,20 @@ struct WorkRequestScratch {
 // ERR_QP_TYPE on a request the QP type cannot carry (CheckSendOpcode).
 ibv_send_wr* DecodeSendBatch(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
                              ibv_qp_type qp_type, WorkRequestScratch* scratch);
+
+// A request of a well-formed batch that cannot be decoded (its address handle
+// was closed after it was encoded): the requests before it can still be posted.
+struct DecodeFailure {
+  uint32_t index = 0;  // the requests [0, index) decoded and linked
+  std::optional<Napi::Error> error;
+};
+
+// As DecodeSendBatch(), but a request that fails to decode ends the list
+// there instead of throwing: `failure` says which and why (nullptr when the
+// first fails). The caller posts the prefix, then throws the error with
+// `posted` = index, so the library blames that request alone.
+ibv_send_wr* DecodeSendPrefix(Napi::Env env, const uint32_t* words, size_t length, uint32_t count,
+                              ibv_qp_type qp_type, WorkRequestScratch* scratch, DecodeFailure* failure);
 
 // The one request at the start of `words`, decoded into storage of the
 // caller's (its stack): the single-request posts (tagged, and the promises'

@@ -6,8 +6,7 @@
 // perftest in between).
 import { randomFillSync } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
-import { listDevices, openDevice } from '../verbs/device.js'
-import { TransferAgent, type BlockArrays, type Peer, type Segment } from '../index.js'
+import { listDevices, openDevice, TransferAgent, type BlockArrays, type Peer, type Segment } from '../index.js'
 
 /** perftest's MB: 2^20 bytes. */
 const MB = 1 << 20

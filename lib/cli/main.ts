@@ -4,12 +4,10 @@ import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { NO_DEVICES_HELP } from '../verbs/device.js'
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const softroceScript = join(packageRoot, 'scripts', 'softroce.sh')
 // The same advice as openDevice()'s: native rxe first, a QEMU guest second.
-const NO_DEVICE_HELP = NO_DEVICES_HELP.replace(/npx node-ibverbs /g, 'node-ibverbs ')
 
 const USAGE = `usage: node-ibverbs COMMAND
 
@@ -55,12 +53,13 @@ function memlockHint(): string {
 
 /** Turns setup problems into helpful messages. */
 function explain(error: unknown): never {
-  const e = error as Error & { code?: string; syscall?: string; errno?: number }
+  const e = error as Error & { code?: string; syscall?: string; errno?: number; devices?: unknown }
   if (e instanceof CliError) throw e
   if (e?.code === 'ERR_ADDON_LOAD') throw new CliError(e.message)
   if (e?.code === 'ENODEV') {
     const msg = String(e.message)
-    if (msg === NO_DEVICES_HELP) throw new CliError(NO_DEVICE_HELP)
+    // openDevice() lists the devices that exist: none, and its message says how to get one
+    if (Array.isArray(e.devices) && e.devices.length === 0) throw new CliError(msg.replace(/npx node-ibverbs /g, 'node-ibverbs '))
     throw new CliError(`${msg}\nA port must be ACTIVE: check the netdev under it is up (ip link set <netdev> up) and \`node-ibverbs devices\`.`)
   }
   if ((e?.code === 'ENOMEM' || e?.code === 'EPERM' || e?.code === 'EAGAIN') && /reg_mr|MemoryRegion|alloc/i.test(`${e.syscall ?? ''} ${e.message}`)) {
@@ -101,7 +100,7 @@ function table(rows: string[][]): string {
 
 async function devices(argv: string[]): Promise<void> {
   const { flags } = parse(argv, new Set())
-  const { listDevices, Device } = await import('../index.js')
+  const { listDevices, openDevice, Device } = await import('../index.js')
   const list = listDevices()
   const out = list.map((info) => {
     const device = new Device(info.name)
@@ -129,7 +128,10 @@ async function devices(argv: string[]): Promise<void> {
     console.log(JSON.stringify(out, null, 2))
     return
   }
-  if (out.length === 0) throw new CliError(NO_DEVICE_HELP)
+  if (out.length === 0) {
+    openDevice().close() // throws ENODEV with how to get a device (explain() turns it into the CLI's message)
+    throw new CliError('No RDMA devices on this machine')
+  }
   const lines: string[] = []
   for (const d of out) {
     lines.push(`${d.name}  (node GUID ${d.guid}, ${d.nodeType}, fw ${d.firmwareVersion || '-'}, vendor 0x${d.vendorId.toString(16)}:0x${d.vendorPartId.toString(16)}, atomics ${d.atomicCap})`)

@@ -6,7 +6,8 @@ import { isIP } from 'node:net'
 import { lookup } from 'node:dns/promises'
 import { native, type NativeCmEvent, type NativeCmEventChannel, type NativeCmId } from '../native/addon.js'
 import { call, closedError, errnoName, RdmaError } from '../core/errors.js'
-import { integer, instance, object, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
+import type { RdmaErrorCode } from '../core/error-codes.js'
+import { integer, instance, object, optionalObject, rangeError, tooLarge, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { openDevice, type Device } from '../verbs/device.js'
 import { deferDestroyWhilePortDown } from './deferred-destroy.js'
 import { ProtectionDomain } from '../verbs/protection-domain.js'
@@ -193,7 +194,7 @@ class CmIdHandle {
 
 function eventError(event: NativeCmEvent): RdmaError {
   const details = { privateData: event.privateData, cmStatus: event.status }
-  const make = (code: string, message: string) => Object.assign(new RdmaError(message, { code, status: event.type }), details)
+  const make = (code: RdmaErrorCode, message: string) => Object.assign(new RdmaError(message, { code, status: event.type }), details)
   switch (event.type) {
     case 'REJECTED': return make('ECONNREFUSED', `Connection rejected (status ${event.status}${event.privateData ? ', with private data' : ''})`)
     case 'UNREACHABLE': return make('EHOSTUNREACH', `Peer unreachable (status ${event.status})`)
@@ -326,7 +327,7 @@ class JsonMessages {
   async send(value: unknown, wait: WaitOptions): Promise<void> {
     if (this.#closed) throw closedError('Connection')
     const bytes = Buffer.from(JSON.stringify(value))
-    if (bytes.length > JSON_BYTES) throw new RangeError(`JSON message of ${bytes.length} bytes is over ${JSON_BYTES}`)
+    if (bytes.length > JSON_BYTES) throw tooLarge(`JSON message of ${bytes.length} bytes is over ${JSON_BYTES}`)
     if (wait.signal?.aborted) throw aborted('sendJson', wait.signal)
     const slot = this.#take()
     const free = () => this.#give(slot)
@@ -573,7 +574,7 @@ function hook(value: unknown, name: string): ((qp: QueuePair) => void) | undefin
 function privateData(value: unknown, name: string, max: number): Uint8Array | undefined {
   if (value === undefined) return undefined
   if (!(value instanceof Uint8Array)) throw typeError('a Buffer or Uint8Array', name, value)
-  if (value.length > max) throw new RangeError(`${name} is ${value.length} bytes; at most ${max} fit`)
+  if (value.length > max) throw rangeError(`at most ${max} bytes`, `${name}.length`, value.length)
   return value
 }
 
@@ -805,7 +806,7 @@ export function decodeDescriptors(bytes: Uint8Array | undefined): Array<{ versio
   const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
   if (b.length < 4 || b[0] !== MAGIC[0] || b[1] !== MAGIC[1] || b[2] !== MAGIC[2]) throw typeError('descriptors packed by encodeDescriptors', 'bytes', bytes)
   const count = b[3]!
-  if (b.length < 4 + count * ENTRY) throw new RangeError(`bytes hold ${b.length} bytes, ${count} descriptors need ${4 + count * ENTRY}`)
+  if (b.length < 4 + count * ENTRY) throw rangeError(`${4 + count * ENTRY} bytes for ${count} descriptors`, 'bytes.length', b.length)
   return Array.from({ length: count }, (_, i) => {
     const at = 4 + i * ENTRY
     return { version: 1 as const, rkey: b.readUInt32LE(at), addr: '0x' + b.readBigUInt64LE(at + 4).toString(16), length: Number(b.readBigUInt64LE(at + 12)) }

@@ -1,8 +1,10 @@
 // One error class for everything RDMA: failed verbs calls (code = errno name,
 // errno, syscall) and failed work completions (status name, verb, wr_id, QP).
 import { constants } from 'node:os'
+import type { ErrnoCode, RdmaErrorCode } from './error-codes.js'
+
 export interface RdmaErrorDetails {
-  code: string
+  code: RdmaErrorCode
   errno?: number
   syscall?: string
   status?: string
@@ -15,7 +17,8 @@ export interface RdmaErrorDetails {
 }
 
 export class RdmaError extends Error {
-  readonly code: string
+  /** What went wrong, as a code to switch on (the union lists them all; docs/api.md, "Errors"). */
+  readonly code: RdmaErrorCode
   declare readonly errno?: number
   declare readonly syscall?: string
   /** Work completion status name, e.g. 'REM_ACCESS_ERR'. */
@@ -58,7 +61,8 @@ export function fromNative(error: unknown): Error {
     return Object.assign(new TypeError(e.message), { code: e.code })
   }
   if (e.code === 'ERR_OUT_OF_RANGE') return Object.assign(new RangeError(e.message), { code: e.code })
-  const details: RdmaErrorDetails = { code: e.code ?? 'ERR_UNKNOWN' }
+  // The addon's codes are errno names and the ERR_ codes of error-codes.ts (unit/16 checks its sources).
+  const details: RdmaErrorDetails = { code: (e.code ?? 'ERR_UNKNOWN') as RdmaErrorCode }
   if (e.errno !== undefined) details.errno = e.errno
   if (e.syscall !== undefined) details.syscall = e.syscall
   if (e.posted !== undefined) details.posted = e.posted
@@ -81,7 +85,7 @@ export function closedError(what: string): RdmaError {
 let errnoNames: Map<number, string> | undefined
 
 /** The name of an errno value ('EIO'), as failed calls carry it in `code`. */
-export function errnoName(errno: number): string {
+export function errnoName(errno: number): ErrnoCode {
   errnoNames ??= new Map(Object.entries(constants.errno).map(([name, value]) => [value, name]))
-  return errnoNames.get(errno) ?? `E${errno}`
+  return (errnoNames.get(errno) ?? `E${errno}`) as ErrnoCode
 }

@@ -4,6 +4,7 @@
 // still be garbage-collected (its native finalizer frees the handle). The
 // `closed` state follows the native one: it is set only once the handle is gone.
 import { closedError, RdmaError, type RdmaErrorDetails } from './errors.js'
+import type { RdmaErrorCode } from './error-codes.js'
 
 export abstract class Resource {
   #closed = false
@@ -65,7 +66,7 @@ export abstract class Resource {
       child.close()
     } catch (error) {
       const e = error as { code?: string; errno?: number; syscall?: string; message?: string }
-      const details: RdmaErrorDetails = { code: e.code ?? 'ERR_UNKNOWN', cause: error }
+      const details: RdmaErrorDetails = { code: (e.code ?? 'ERR_UNKNOWN') as RdmaErrorCode, cause: error }
       if (e.errno !== undefined) details.errno = e.errno
       if (e.syscall !== undefined) details.syscall = e.syscall
       throw new RdmaError(`${this.kind} stays open: its ${child.kind} could not be closed (${e.message})`, details)

@@ -18,6 +18,11 @@ export function rangeError(expected: string, name: string, value: unknown): Code
   return Object.assign(new RangeError(`Expected ${expected} for ${name} but received ${describe(value)}`), { code: 'ERR_OUT_OF_RANGE' })
 }
 
+/** A message over what its channel holds: a RangeError (as before it had a code) with code ERR_MESSAGE_TOO_LARGE. */
+export function tooLarge(message: string): CodedError {
+  return Object.assign(new RangeError(message), { code: 'ERR_MESSAGE_TOO_LARGE' })
+}
+
 export function integer(value: unknown, name: string, min: number, max: number): number {
   if (typeof value !== 'number') throw typeError('an integer', name, value)
   if (!Number.isInteger(value) || value < min || value > max) throw rangeError(`an integer from ${min} to ${max}`, name, value)

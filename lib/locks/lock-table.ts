@@ -7,7 +7,7 @@
 // See docs/locks.md for the protocol and what one-sided operations cannot enforce.
 import { randomInt } from 'node:crypto'
 import { RdmaError } from '../core/errors.js'
-import { RemoteSlice } from '../verbs/memory.js'
+import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, optionalInteger, typeError } from '../core/validate.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'

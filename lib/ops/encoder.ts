@@ -1,10 +1,15 @@
 // Encodes work requests into a reusable Uint32Array that the addon posts with
 // one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
+import { markAsUntransferable } from 'node:worker_threads'
 import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from '../native/addon.js'
 import { RdmaError } from '../core/errors.js'
 import { writeOperand, writeU64 } from '../core/u64.js'
 import { SendFlags, WrOpcode } from '../core/constants.js'
-import type { LocalSlice, RemoteSlice } from '../verbs/memory.js'
+
+/** What the encoder reads of a local slice (verbs' LocalSlice, bounds-checked when made). */
+export interface LocalBytes { readonly region: { readonly address: number; readonly lkey: number }; readonly offset: number; readonly length: number }
+/** What the encoder reads of a remote slice (verbs' RemoteSlice). */
+export interface RemoteBytes { readonly addrLo: number; readonly addrHi: number; readonly rkey: number; readonly region: { readonly rkey: number } }
 
 const SEND_HEADER = SEND_HEADER_WORDS // 16
 const RECV_HEADER = RECV_HEADER_WORDS // 4
@@ -32,8 +37,17 @@ export interface SendWr {
   remoteQkey?: number
 }
 
+/**
+ * The addon keeps pointers into an encoder's buffer (the post functions bound
+ * to it): a transfer (postMessage, structuredClone) must never detach it.
+ */
+function untransferable(words: Uint32Array): Uint32Array {
+  markAsUntransferable(words.buffer)
+  return words
+}
+
 export class WorkRequestEncoder {
-  private words = new Uint32Array(1024)
+  private words = untransferable(new Uint32Array(1024))
   private size = 0
   count = 0
 
@@ -60,7 +74,7 @@ export class WorkRequestEncoder {
   private reserve(n: number): number {
     const at = this.size
     if (at + n > this.words.length) {
-      const bigger = new Uint32Array(Math.max(this.words.length * 2, at + n))
+      const bigger = untransferable(new Uint32Array(Math.max(this.words.length * 2, at + n)))
       bigger.set(this.words.subarray(0, at))
       this.words = bigger
     }
@@ -146,7 +160,7 @@ export class WorkRequestEncoder {
    * request passes its 64-bit address as a heap number). The caller checked
    * every slice: a length of 1 .. the max message size, within its region.
    */
-  addRdmaColumns(first: number, n: number, locals: readonly LocalSlice[], remotes: readonly RemoteSlice[], reads: readonly number[],
+  addRdmaColumns(first: number, n: number, locals: readonly LocalBytes[], remotes: readonly RemoteBytes[], reads: readonly number[],
     baseFlags: number, signalEach: boolean): void {
     const stride = SEND_HEADER + SGE_WORDS
     let at = this.reserve(n * stride)
@@ -186,7 +200,7 @@ export class WorkRequestEncoder {
    * (Counted: ~250 instructions fewer per tagged post than reset() + addOne(),
    * and than the same writes at an offset after reserve().)
    */
-  setOnly(wrId: number, opcode: number, local: LocalSlice, remote: RemoteSlice): void {
+  setOnly(wrId: number, opcode: number, local: LocalBytes, remote: RemoteBytes): void {
     const w = this.words // never shorter than one request with one SGE
     const region = local.region
     const address = region.address + local.offset

@@ -5,7 +5,8 @@
 // completion arrived or its queue pair was destroyed).
 import { RdmaError } from '../core/errors.js'
 import { wcStatusNames } from '../core/constants.js'
-import type { MemoryRegion } from '../verbs/memory.js'
+import type { CompletionStatusCode } from '../core/error-codes.js'
+import { HOLD, RELEASE, type HeldRegion } from './held-region.js'
 import type { WaitOptions } from '../core/validate.js'
 import type { PendingIndex } from './pending-table.js'
 
@@ -45,14 +46,6 @@ export interface PendingOwner {
  */
 export interface PendingCounter { addPending(owner: object): void; removePending(): void }
 
-let nextWrId = 1
-
-export function allocateWrIds(count: number): number {
-  const first = nextWrId
-  nextWrId += count
-  return first
-}
-
 export class Pending {
   settled = false
   finished = false
@@ -71,7 +64,7 @@ export class Pending {
     readonly firstWrId: number,
     public lastWrId: number,
     /** The regions the request names: one, or several (an array). */
-    readonly regions: MemoryRegion | readonly MemoryRegion[],
+    readonly regions: HeldRegion | readonly HeldRegion[],
     private readonly resolveFn: (value: any) => void, // eslint-disable-line @typescript-eslint/no-explicit-any
     private readonly rejectFn: (error: Error) => void,
     /** Turns the completion into the resolved value (default: the entry itself, which is reused: copy what you keep). */
@@ -81,8 +74,8 @@ export class Pending {
   /** Registers the request as in flight (call right before posting). */
   track(wait: WaitOptions): void {
     const regions = this.regions
-    if (Array.isArray(regions)) for (const region of regions) region.inflight++
-    else (regions as MemoryRegion).inflight++
+    if (Array.isArray(regions)) for (const region of regions) region[HOLD]()
+    else (regions as HeldRegion)[HOLD]()
     this.owner.pendings.set(this.lastWrId, this)
     this.counter?.addPending(this.owner)
     if (wait.timeoutMs !== undefined) {
@@ -161,8 +154,8 @@ export class Pending {
     this.finished = true
     this.owner.pendings.delete(this.lastWrId)
     const regions = this.regions
-    if (Array.isArray(regions)) for (const region of regions) region.released()
-    else (regions as MemoryRegion).released()
+    if (Array.isArray(regions)) for (const region of regions) region[RELEASE]()
+    else (regions as HeldRegion)[RELEASE]()
     this.counter?.removePending()
     this.owner.released(this)
   }
@@ -184,7 +177,7 @@ export function abandonAll(pendings: Iterable<Pending>, error: Error): void {
 }
 
 export function completionError(entry: CompletionEntry, verb: string): RdmaError {
-  const status = wcStatusNames[entry.status] ?? `STATUS_${entry.status}`
+  const status: CompletionStatusCode = (wcStatusNames[entry.status] as CompletionStatusCode | undefined) ?? `STATUS_${entry.status}`
   return new RdmaError(`${verb} failed: ${status} (wr_id ${entry.wrId}, QP ${entry.qpn})`, {
     code: status, status, verb, wrId: entry.wrId, qpn: entry.qpn, vendorError: entry.vendorError,
   })

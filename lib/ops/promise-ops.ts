@@ -7,24 +7,27 @@
 import { completionError, type CompletionEntry } from './pending.js'
 import { RequestRing, type RingOwner } from './request-ring.js'
 import type { RdmaError } from '../core/errors.js'
-import { NativeMemory, type LocalSlice, type MemoryRegion } from '../verbs/memory.js'
-import { readU64LE } from '../core/u64.js'
+import type { HeldRegion } from './held-region.js'
 import { TAGGED_VERBS } from './tagged-ops.js' // the same verb indexes
+import { PROMISE_WR_ID_BASE } from './wr-ids.js'
 
-/** The fast path's wr_ids, below the tagged ones (TAGGED_WR_ID_BASE); the Pending path counts up from 1. */
-export const PROMISE_WR_ID_BASE = 2 ** 51
+/** Where an atomic's old value lands: 8 bytes of a region (verbs' LocalSlice). */
+export interface AtomicTarget { readonly region: HeldRegion }
 
 type Resolve = (value: undefined | bigint) => void
 type Reject = (error: Error) => void
 
-/** Where library-owned atomic slots go back (the QP's protection domain). */
-interface AtomicSlots { returnAtomicSlot(slot: LocalSlice): void }
+/** Where library-owned atomic slots go back (the QP's protection domain), and how their value is read. */
+export interface AtomicSlots<T extends AtomicTarget> {
+  returnAtomicSlot(slot: T): void
+  readAtomicValue(slot: T): bigint
+}
 
-export class PromiseOps extends RequestRing {
+export class PromiseOps<T extends AtomicTarget = AtomicTarget> extends RequestRing {
   readonly #resolves: Array<Resolve | undefined>
   readonly #rejects: Array<Reject | undefined>
   /** Atomics: where the value before the operation lands; whether that slot is the library's (given back once done). */
-  readonly #atomicLocals: Array<LocalSlice | undefined>
+  readonly #atomicLocals: Array<T | undefined>
   readonly #ownedLocal: Uint8Array
   #collected: Reject[] = []
   /** The wr_id of the request add() or addAtomic() recorded last. */
@@ -41,11 +44,11 @@ export class PromiseOps extends RequestRing {
     this.#rejects[this.#executorSlot] = reject
   }
 
-  constructor(owner: RingOwner, readonly atomicSlots: AtomicSlots, capacity: number) {
+  constructor(owner: RingOwner, readonly atomicSlots: AtomicSlots<T>, capacity: number) {
     super(owner, capacity, PROMISE_WR_ID_BASE)
     this.#resolves = new Array<Resolve | undefined>(this.mask + 1).fill(undefined)
     this.#rejects = new Array<Reject | undefined>(this.mask + 1).fill(undefined)
-    this.#atomicLocals = new Array<LocalSlice | undefined>(this.mask + 1).fill(undefined)
+    this.#atomicLocals = new Array<T | undefined>(this.mask + 1).fill(undefined)
     this.#ownedLocal = new Uint8Array(this.mask + 1)
   }
 
@@ -53,7 +56,7 @@ export class PromiseOps extends RequestRing {
    * Records a WRITE or READ about to be posted (the caller took its send slot
    * and CQ credit); returns its promise. Its wr_id is then `lastWrId`.
    */
-  add(region: MemoryRegion, verb: number): Promise<undefined> {
+  add(region: HeldRegion, verb: number): Promise<undefined> {
     const seq = this.claim(region, verb)
     this.#executorSlot = seq & this.mask
     this.lastWrId = PROMISE_WR_ID_BASE + seq
@@ -61,7 +64,7 @@ export class PromiseOps extends RequestRing {
   }
 
   /** As add(), for an atomic whose value lands in `local` (`owned`: a slot of the PD's, given back once done). */
-  addAtomic(local: LocalSlice, owned: boolean, verb: number): Promise<bigint> {
+  addAtomic(local: T, owned: boolean, verb: number): Promise<bigint> {
     const promise = this.add(local.region, verb) as unknown as Promise<bigint>
     const slot = (this.lastWrId - PROMISE_WR_ID_BASE) & this.mask
     this.#atomicLocals[slot] = local
@@ -87,7 +90,7 @@ export class PromiseOps extends RequestRing {
     const reported = this.reported[slot] === 1
     const local = this.#atomicLocals[slot]
     // An atomic's value is read before release() gives a library-owned slot back.
-    const value = entry.status === 0 && !reported && local !== undefined ? readAtomicValue(local) : undefined
+    const value = entry.status === 0 && !reported && local !== undefined ? this.atomicSlots.readAtomicValue(local) : undefined
     const verb = this.verbs[slot]!
     this.release(slot)
     if (reported) return
@@ -119,9 +122,4 @@ export class PromiseOps extends RequestRing {
     this.#collected = []
     for (const reject of rejects) reject(error)
   }
-}
-
-/** The 8 bytes an atomic wrote into `local`, as the value before the operation. */
-export function readAtomicValue(local: LocalSlice): bigint {
-  return local.region.length <= NativeMemory.MAX_VIEW_BYTES ? readU64LE(local.region.bytes, local.offset) : readU64LE(local.bytes, 0)
 }

@@ -5,7 +5,7 @@
 // collide. Base of the tagged path (TaggedOps) and of the promises' fast path
 // (PromiseOps); each says how a request is reported.
 import type { RdmaError } from '../core/errors.js'
-import type { MemoryRegion } from '../verbs/memory.js'
+import { HOLD, RELEASE, type HeldRegion } from './held-region.js'
 
 /** What a ring needs of its QP. */
 export interface RingOwner {
@@ -19,7 +19,7 @@ export abstract class RequestRing {
   /** Requests in flight. */
   inFlight = 0
   protected readonly mask: number
-  protected readonly regions: Array<MemoryRegion | undefined>
+  protected readonly regions: Array<HeldRegion | undefined>
   protected readonly seqs: Float64Array
   protected readonly verbs: Uint8Array
   /** Already reported (the CQ failed): its completion or abandonment is not reported again. */
@@ -30,21 +30,21 @@ export abstract class RequestRing {
     let size = 1
     while (size < capacity) size <<= 1
     this.mask = size - 1
-    this.regions = new Array<MemoryRegion | undefined>(size).fill(undefined)
+    this.regions = new Array<HeldRegion | undefined>(size).fill(undefined)
     this.seqs = new Float64Array(size).fill(-1)
     this.verbs = new Uint8Array(size)
     this.reported = new Uint8Array(size)
   }
 
   /** Records a request about to be posted; returns its sequence number (its slot is `seq & mask`, its wr_id `wrIdBase + seq`). */
-  protected claim(region: MemoryRegion, verb: number): number {
+  protected claim(region: HeldRegion, verb: number): number {
     const seq = this.#next++
     const slot = seq & this.mask
     this.regions[slot] = region
     this.seqs[slot] = seq
     this.verbs[slot] = verb
     this.reported[slot] = 0
-    region.inflight++
+    region[HOLD]()
     this.inFlight++
     return seq
   }
@@ -64,7 +64,7 @@ export abstract class RequestRing {
 
   /** The device is done with the slot's memory. */
   protected release(slot: number): void {
-    this.regions[slot]!.released()
+    this.regions[slot]![RELEASE]()
     this.regions[slot] = undefined
     this.seqs[slot] = -1
     this.inFlight--

@@ -1,6 +1,7 @@
 // Splits a write or read that is longer than the device's max message size
 // into several work requests that together move the same bytes, in order.
 import { SendFlags, WrOpcode } from '../core/constants.js'
+import { rangeError } from '../core/validate.js'
 import type { SendWr, Sge } from './encoder.js'
 
 const TWO_32 = 4294967296
@@ -17,7 +18,7 @@ export const MAX_SGE_BYTES = TWO_32 - 1
  */
 export function splitWr(wr: SendWr, length: number, maxBytes: number): SendWr[] {
   const max = Math.min(maxBytes, MAX_SGE_BYTES)
-  if (!(max >= 1)) throw new RangeError(`Expected a max message size of at least 1 byte, not ${maxBytes}`)
+  if (!(max >= 1)) throw rangeError('a max message size of at least 1 byte', 'maxBytes', maxBytes)
   const pieces: SendWr[] = []
   let remoteHi = wr.remoteHi ?? 0
   let remoteLo = wr.remoteLo ?? 0

@@ -7,8 +7,10 @@
 import { RdmaError } from '../core/errors.js'
 import { WrOpcode } from '../core/constants.js'
 import { completionError, type CompletionEntry } from './pending.js'
-import type { MemoryRegion } from '../verbs/memory.js'
+import type { HeldRegion } from './held-region.js'
 import { RequestRing, type RingOwner } from './request-ring.js'
+import { TAGGED_WR_ID_BASE } from './wr-ids.js'
+import { reportUncaught, type CompletionDispatch } from './dispatch.js'
 
 /** The verbs a tagged request can be, by the index its ring slot keeps; the indexes; each one's opcode. */
 export const TAGGED_VERBS = ['write', 'read', 'fetchAndAdd', 'compareAndSwap'] as const
@@ -21,87 +23,18 @@ export const TAGGED_OPCODES = [WrOpcode.RdmaWrite, WrOpcode.RdmaRead, WrOpcode.A
 /** Called once per tagged request: `error` is undefined when it succeeded. */
 export type CompletionHandler = (tag: number, error: RdmaError | undefined) => void
 
-/**
- * True while a CQ dispatches what a post found by polling right after posting
- * (the device often completes a request inside the post call). Handlers never
- * run inside a post: such reports are held until the end of the current
- * microtask checkpoint (one microtask for all of them), or until the next
- * explicit cq.poll(), whichever comes first.
- */
-export const afterPost = { dispatching: false }
-
-const RESOLVED = Promise.resolve()
-
-// The held reports, in order, for every QP; and a spare set to swap in while
-// they are delivered (a handler's own post holds its reports there). Emptied
-// by count, never by length = 0, which frees the storage.
-let heldOps: TaggedOps[] = []
-let heldTags: number[] = []
-let heldErrors: Array<RdmaError | undefined> = []
-let spareOps: TaggedOps[] = []
-let spareTags: number[] = []
-let spareErrors: Array<RdmaError | undefined> = []
-let held = 0
-let flushScheduled = false
-
-function hold(ops: TaggedOps, tag: number, error: RdmaError | undefined): void {
-  heldOps[held] = ops
-  heldTags[held] = tag
-  heldErrors[held] = error
-  held++
-  if (!flushScheduled) {
-    flushScheduled = true
-    void RESOLVED.then(deliverHeld)
-  }
-}
-
-/** Reports held back by posts, delivered now (from a microtask, or from an explicit cq.poll()). */
-export function deliverHeld(): void {
-  flushScheduled = false
-  const count = held
-  if (count === 0) return
-  const ops = heldOps
-  const tags = heldTags
-  const errors = heldErrors
-  heldOps = spareOps
-  heldTags = spareTags
-  heldErrors = spareErrors
-  spareOps = ops
-  spareTags = tags
-  spareErrors = errors
-  held = 0
-  for (let i = 0; i < count; i++) {
-    const owner = ops[i]!
-    const error = errors[i]
-    errors[i] = undefined
-    try {
-      owner.handler(tags[i]!, error)
-    } catch (thrown) {
-      // As from the event loop: an uncaught exception. The other reports are still delivered.
-      queueMicrotask(() => { throw thrown })
-    }
-  }
-}
-
-/** Whether posts hold reports not yet delivered (cq.poll() then delivers them). */
-export function reportsHeld(): boolean {
-  return held !== 0
-}
-
-/** Tagged requests carry wr_ids from here up (the promises' fast path from PROMISE_WR_ID_BASE, other promise requests count up from 1). */
-export const TAGGED_WR_ID_BASE = 2 ** 52
-
 export class TaggedOps extends RequestRing {
   readonly #tags: Uint32Array
   #collected: number[] = []
 
-  constructor(owner: RingOwner, public handler: CompletionHandler, capacity: number) {
+  /** `dispatch`: of the CQ the requests complete on (the QP's send CQ), which holds reports found inside a post. */
+  constructor(owner: RingOwner, public handler: CompletionHandler, capacity: number, readonly dispatch: Pick<CompletionDispatch, 'report'>) {
     super(owner, capacity, TAGGED_WR_ID_BASE)
     this.#tags = new Uint32Array(this.mask + 1)
   }
 
   /** Records a request about to be posted (RequestRing.claim()); returns its wr_id. */
-  add(region: MemoryRegion, tag: number, verb: number): number {
+  add(region: HeldRegion, tag: number, verb: number): number {
     const seq = this.claim(region, verb)
     this.#tags[seq & this.mask] = tag
     return TAGGED_WR_ID_BASE + seq
@@ -123,8 +56,7 @@ export class TaggedOps extends RequestRing {
   }
 
   #deliver(tag: number, error: RdmaError | undefined): void {
-    if (afterPost.dispatching) hold(this, tag, error)
-    else this.handler(tag, error)
+    this.dispatch.report(this, tag, error)
   }
 
   protected collect(slot: number): void {
@@ -137,7 +69,15 @@ export class TaggedOps extends RequestRing {
     if (tags.length === 0) return
     this.#collected = []
     const handler = this.handler
-    queueMicrotask(() => { for (const tag of tags) handler(tag, error) })
+    queueMicrotask(() => {
+      for (const tag of tags) {
+        try {
+          handler(tag, error)
+        } catch (thrown) {
+          reportUncaught(thrown) // as a dispatch does: the other reports still go out
+        }
+      }
+    })
   }
 }
 

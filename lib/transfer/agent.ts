@@ -8,7 +8,7 @@ import { listDevices, openDevice, type Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'
 import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
-import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
+import { integer, object, oneOf, optionalObject, tooLarge, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { MAX_NOTIFICATION_BYTES, type ControlMessage, type NotifyMessage } from './control.js'
 import { acceptLink, connectLink, Link, MAX_QPS, type LinkSettings } from './link.js'
 import { Peer } from './peer.js'
@@ -105,15 +105,19 @@ function deviceFor(host: string, name: string | undefined): Device {
   return openDevice()
 }
 
+function notificationTooLarge(bytes: number): Error {
+  return tooLarge(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${bytes}`)
+}
+
 function encodeNotification(message: unknown): NotifyMessage {
   if (typeof message === 'string') {
     const utf8 = Buffer.from(message)
-    if (utf8.length > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${utf8.length}`)
+    if (utf8.length > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(utf8.length)
     // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
     return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
   }
   if (message instanceof Uint8Array) {
-    if (message.byteLength > MAX_NOTIFICATION_BYTES) throw new RangeError(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${message.byteLength}`)
+    if (message.byteLength > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(message.byteLength)
     return { t: 'n', b: Buffer.from(message.buffer, message.byteOffset, message.byteLength).toString('base64') }
   }
   throw typeError('a string or Uint8Array', 'options.notify', message)

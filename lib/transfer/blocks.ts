@@ -3,6 +3,7 @@
 // coalesced where they touch on both sides, cut into slices no larger than
 // one work request may carry, and split into one contiguous run per QP.
 import { RdmaError } from '../core/errors.js'
+import { rangeError } from '../core/validate.js'
 
 /** Blocks in columns: block i moves len[i] bytes between (lseg[i], loff[i]) here and (rseg[i], roff[i]) there. */
 export interface BlockColumns {
@@ -117,7 +118,7 @@ export function coalesce(cols: BlockColumns): BlockColumns {
 
 /** Cuts every block into slices of at most `maxBytes` (one work request each), in order. */
 export function slice(cols: BlockColumns, maxBytes: number): BlockColumns {
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw new RangeError(`slice size must be an integer >= 1, not ${maxBytes}`)
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw rangeError('a slice size of at least 1 byte', 'sliceBytes', maxBytes)
   let total = 0
   for (let i = 0; i < cols.count; i++) total += Math.ceil(cols.len[i]! / maxBytes)
   if (total === cols.count) return cols

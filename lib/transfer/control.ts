@@ -5,7 +5,7 @@
 // but a protocol tag.
 import { RdmaError } from '../core/errors.js'
 import { bounded, type Connection } from '../cm/cm.js'
-import type { QpEndpoint } from '../verbs/queue-pair.js'
+import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import type { SegmentEntry } from './segments.js'
 
 /** Version of the messages below; a peer that speaks another is refused. */

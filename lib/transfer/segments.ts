@@ -4,7 +4,8 @@
 // a transfer is checked against before anything is posted.
 import { Access } from '../core/constants.js'
 import { RdmaError } from '../core/errors.js'
-import { RemoteRegion, type MemoryRegion } from '../verbs/memory.js'
+import type { MemoryRegion } from '../verbs/memory.js'
+import { RemoteRegion } from '../verbs/remote.js'
 
 /** What a peer may do to a segment with one-sided operations. */
 export type SegmentRights = 'none' | 'read' | 'write' | 'read-write'

@@ -1,5 +1,6 @@
 // The error a failed transfer rejects with: an RdmaError that also says how
 // many bytes are known to have landed (confirmed by completions) before it failed.
+import type { RdmaErrorCode } from '../core/error-codes.js'
 import { RdmaError } from '../core/errors.js'
 
 export class TransferError extends RdmaError {
@@ -10,7 +11,7 @@ export class TransferError extends RdmaError {
   /** The peer's id. */
   readonly peer: string
 
-  constructor(message: string, details: { code: string; bytesLanded: number; bytes: number; peer: string; status?: string; cause?: unknown }) {
+  constructor(message: string, details: { code: RdmaErrorCode; bytesLanded: number; bytes: number; peer: string; status?: string; cause?: unknown }) {
     super(message, { code: details.code, ...(details.status ? { status: details.status } : {}), cause: details.cause })
     this.name = 'TransferError'
     this.bytesLanded = details.bytesLanded
@@ -20,6 +21,6 @@ export class TransferError extends RdmaError {
 }
 
 /** The code to report for a transfer that failed because of `error`. */
-export function codeOf(error: unknown): string {
-  return typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : 'ERR_TRANSFER'
+export function codeOf(error: unknown): RdmaErrorCode {
+  return typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: RdmaErrorCode }).code : 'ERR_TRANSFER'
 }

@@ -3,18 +3,16 @@
 // this class settles the matching requests. A busy-poll mode trades CPU for
 // latency.
 import { performance } from 'node:perf_hooks'
-import { COMPLETION_WORDS, native, type NativeCompletionQueue } from '../native/addon.js'
+import { native, type NativeCompletionQueue } from '../native/addon.js'
 import { call, closedError, errnoName, fromNative, RdmaError } from '../core/errors.js'
 import { Resource } from '../core/resource.js'
-import type { CompletionEntry, Pending } from '../ops/pending.js'
-import { WorkQueueSlots } from '../ops/slots.js'
-import { afterPost, deliverHeld, reportsHeld } from '../ops/tagged-ops.js'
-import { PROMISE_WR_ID_BASE } from '../ops/promise-ops.js'
 import { integer, oneOf, optionalObject } from '../core/validate.js'
+import { WorkQueueSlots } from '../ops/slots.js'
+import { CompletionDispatch, type CompletionOwner } from '../ops/dispatch.js'
 import type { Device } from './device.js'
 
-const WORDS = COMPLETION_WORDS
-const TWO_32 = 4294967296
+/** The CQ's dispatch, for the QPs and rings of this package (a module-private key: not reachable from the package entry). */
+export const CQ_DISPATCH: unique symbol = Symbol('dispatch')
 /**
  * Completions harvested right after a post (without a turn of the event loop)
  * before the queue lets the loop run again: keeps timers and I/O firing when
@@ -35,38 +33,21 @@ export interface CompletionQueueOptions {
   pollBatch?: number
 }
 
-/** A queue pair (or SRQ) whose queues complete here, as the CQ sees it. */
-export interface CompletionOwner {
-  /** The request (or the tagged requests' ring) a completion belongs to (by wr_id). */
-  pendingFor(wrId: number): { complete(entry: CompletionEntry): void } | undefined
-  /** The CQ failed: no completion will arrive; reject every request waiting for one. */
-  failAll(error: RdmaError): void
-}
-
 export class CompletionQueue extends Resource {
   protected readonly kind = 'CompletionQueue'
   /** @internal */ readonly handle: NativeCompletionQueue
   readonly device: Device
   readonly pollMode: 'event' | 'busy'
-  readonly #words: Uint32Array
   /**
-   * @internal The count of the last poll, written by the addon (the output's
-   * last word): the hot-path functions return nothing, since making a number
-   * costs ~50 instructions per call.
+   * The only reader of the output words the addon polls into (ops/dispatch.ts).
+   * The count of a poll is in its count word: the hot-path functions return
+   * nothing, since making a number costs ~50 instructions per call.
    */
-  readonly polledCount: Uint32Array
-  /** The native poll, bound to this CQ (no unwrap per call); its count is in polledCount[0]. */
+  readonly #dispatch: CompletionDispatch
+  /** The native poll, bound to this CQ (no unwrap per call); its count is in the dispatch's count word. */
   readonly #pollToWord: () => void
+  readonly #countWord: Uint32Array
   readonly #spinMs: number
-  readonly #owners = new Map<number, WeakRef<CompletionOwner>>() // weak: a QP can still be collected
-  /**
-   * The owner of the last completion, held until the queue is idle again:
-   * each WeakRef.deref() adds its target to the set kept alive until the
-   * microtask checkpoint ends (~0.25k instructions per completion in the
-   * profile), and completions come from the same few QPs.
-   */
-  #lastQpn = -1
-  #lastOwner: CompletionOwner | undefined
   readonly #capacity: number
   /**
    * @internal Entries promised to work requests in flight: each work request
@@ -78,7 +59,7 @@ export class CompletionQueue extends Resource {
   // Held here: the addon holds it weakly. A negative count: the channel failed (-errno, syscall).
   readonly #onCompletions = (n: number, syscall?: string): void => {
     if (n < 0) this.#failed(-n, syscall ?? 'ibv_poll_cq')
-    else this.#dispatch(n)
+    else this.#dispatchPolled(n)
   }
   /** @internal The kernel handle: CQ_ERR events name the CQ by it. */
   readonly kernelHandle: number
@@ -90,16 +71,10 @@ export class CompletionQueue extends Resource {
   #unrefScheduled = false
   #spinScheduled = false
   #drainScheduled = false
-  #dispatching = false
-  /** A tagged post made during a dispatch could not poll (polls do not nest): poll once the dispatch is over. */
+  /** Asked to poll while a batch was delivered (a handler's post or cq.poll()): poll once the dispatch is over. */
   #repoll = false
   #inlineBudget = INLINE_BUDGET
   #inlineResetScheduled = false
-  // Reused for every completion: a Pending reads what it needs and keeps nothing.
-  readonly #entry: CompletionEntry = {
-    wrId: 0, status: 0, opcode: 0, byteLength: 0, immOrRkey: 0, qpn: 0, srcQp: 0,
-    wcFlags: 0, pkeyIndex: 0, slid: 0, sl: 0, dlidPathBits: 0, vendorError: 0,
-  }
 
   /** Not constructible: made by device.createCq(). */
   constructor(...notConstructible: never)
@@ -114,10 +89,10 @@ export class CompletionQueue extends Resource {
     const compVector = integer(o.compVector ?? 0, 'options.compVector', 0, 1024)
     const batch = integer(o.pollBatch ?? 64, 'options.pollBatch', 1, 4096)
     this.device = device
-    this.#words = new Uint32Array(batch * WORDS + 1) // the completions, then the count word
-    this.polledCount = this.#words.subarray(batch * WORDS)
+    this.#dispatch = new CompletionDispatch(batch)
+    this.#countWord = this.#dispatch.countWord
     this.#capacity = batch
-    this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#words, this.#onCompletions, compVector))
+    this.handle = call(() => new native.CompletionQueue(device.handle, entries, this.#dispatch.words, this.#onCompletions, compVector))
     // Busy polling finds completions from the loop while requests wait: the
     // channel need not wake it (each wakeup costs syscalls).
     if (this.pollMode === 'busy') this.handle.setRearm(false)
@@ -145,7 +120,7 @@ export class CompletionQueue extends Resource {
   failAll(error: RdmaError, emit = true): void {
     if (this.#failure || this.closed) return
     this.#failure = error
-    for (const ref of [...this.#owners.values()]) ref.deref()?.failAll(error)
+    for (const owner of this.#dispatch.owners()) owner.failAll(error)
     if (this.#referenced) {
       this.#referenced = false
       this.handle.setWaiting(false)
@@ -159,26 +134,18 @@ export class CompletionQueue extends Resource {
   /** Requests waiting for a completion on this queue. */
   get pending(): number { return this.#pending }
 
+  /** @internal The dispatch of this CQ's completions (ops/dispatch.ts), for its QPs. */
+  get [CQ_DISPATCH](): CompletionDispatch { return this.#dispatch }
+
   /** @internal */
-  addOwner(qpn: number, owner: CompletionOwner): void {
-    this.#owners.set(qpn, new WeakRef(owner))
-    if (qpn === this.#lastQpn) this.#forgetOwner() // a reused QP number
-  }
+  addOwner(qpn: number, owner: CompletionOwner): void { this.#dispatch.addOwner(qpn, owner) }
   /** @internal */
-  removeOwner(qpn: number): void {
-    this.#owners.delete(qpn)
-    if (qpn === this.#lastQpn) this.#forgetOwner()
-  }
+  removeOwner(qpn: number): void { this.#dispatch.removeOwner(qpn) }
 
   /** The native poll: the number of completions now in the output (throws what ibv_poll_cq failed with). */
   #poll(): number {
     this.#pollToWord()
-    return this.polledCount[0]!
-  }
-
-  #forgetOwner(): void {
-    this.#lastQpn = -1
-    this.#lastOwner = undefined
+    return this.#countWord[0]!
   }
 
   /** @internal */
@@ -204,23 +171,38 @@ export class CompletionQueue extends Resource {
 
   readonly #unrefIfIdle = (): void => {
     this.#unrefScheduled = false
-    if (this.#pending === 0) this.#forgetOwner() // idle: a dropped QP can be collected
+    if (this.#pending === 0) this.#dispatch.forgetOwner() // idle: a dropped QP can be collected
     if (this.#pending === 0 && this.#referenced && this.#open) {
       this.#referenced = false
       this.handle.setWaiting(false)
     }
   }
 
-  /** Drains the queue now; returns the number of completions handled. */
+  /**
+   * Drains the queue now; returns the number of completions handled. Called
+   * from a completion handler of this queue (during its dispatch), it
+   * delivers the rest of the batch being dispatched and has the queue polled
+   * again as soon as that dispatch ends (polls do not nest).
+   */
   poll(): number {
     if (!this.#open) throw closedError(this.kind) // not assertOpen(): Resource's accessor is megamorphic
+    const dispatch = this.#dispatch
     // Reports a post found and held for after it: a loop that polls until its request is reported gets them here.
-    if (reportsHeld()) deliverHeld()
+    if (dispatch.reportsHeld) dispatch.deliverHeld()
+    if (dispatch.dispatching) {
+      this.#repoll = true
+      return dispatch.finishBatch()
+    }
+    return this.#pollAll()
+  }
+
+  /** Polls and delivers until the queue is empty (not from inside a dispatch). */
+  #pollAll(): number {
     let total = 0
     for (;;) {
       let n: number
       try { n = this.#poll() } catch (error) { throw fromNative(error) }
-      if (n > 0) this.#dispatch(n)
+      if (n > 0) this.#dispatchPolled(n)
       total += n
       if (n < this.#capacity) return total
     }
@@ -230,14 +212,16 @@ export class CompletionQueue extends Resource {
    * @internal Before a QP of this queue is destroyed: delivers the
    * completions already in the queue, so that work the device finished is
    * reported as finished rather than abandoned with the QP (a message that
-   * arrived just before its connection went down is still received). Not
-   * from inside a dispatch: a nested poll would overwrite the output words
-   * the outer one is still reading.
+   * arrived just before its connection went down is still received). From
+   * inside a dispatch (a handler closed the QP), the rest of the batch being
+   * delivered goes first, then the queue is polled.
    */
   drainBeforeClose(): void {
-    if (this.#dispatching || !this.#open || this.#failure !== undefined) return
+    if (!this.#open || this.#failure !== undefined) return
+    const dispatch = this.#dispatch
+    if (dispatch.dispatching) dispatch.finishBatch() // the words are free again: a nested poll reads only new entries
     try {
-      this.poll()
+      this.#pollAll()
     } catch {
       // a queue that cannot be polled delivers nothing more; its requests are abandoned with the QP
     }
@@ -263,7 +247,7 @@ export class CompletionQueue extends Resource {
 
   /** @internal Whether a post may poll this queue right after (the post function then polls in the same native call). */
   mayPollInline(): boolean {
-    return !this.#dispatching && this.#inlineBudget > 0 && this.#pending !== 0 && this.#open
+    return !this.#dispatch.dispatching && this.#inlineBudget > 0 && this.#pending !== 0 && this.#open
   }
 
   /** @internal A post polled `n` completions into the output right after posting (mayPollInline() said it could). */
@@ -274,12 +258,13 @@ export class CompletionQueue extends Resource {
     if (n === 0) return
     this.#spendInlineBudget(n)
     // Inside a post: tagged requests' handlers wait for the end of the microtask checkpoint.
-    const outer = afterPost.dispatching
-    afterPost.dispatching = true
+    const dispatch = this.#dispatch
+    const outer = dispatch.holding
+    dispatch.holding = true
     try {
-      this.#dispatch(n)
+      this.#dispatchPolled(n)
     } finally {
-      afterPost.dispatching = outer
+      dispatch.holding = outer
     }
   }
 
@@ -298,7 +283,7 @@ export class CompletionQueue extends Resource {
 
   /** @internal A tagged request was posted during this queue's dispatch: it is polled for when the dispatch ends. */
   pollAfterDispatch(): void {
-    if (this.#dispatching) this.#repoll = true
+    if (this.#dispatch.dispatching) this.#repoll = true
   }
 
   readonly #resetInlineBudget = (): void => {
@@ -331,11 +316,14 @@ export class CompletionQueue extends Resource {
     setImmediate(this.#spin)
   }
 
+  // Busy polling and the drain run from the loop: a failed ibv_poll_cq there
+  // fails the queue (and the device emits 'error'), as the channel's does.
   readonly #spin = (): void => {
     this.#spinScheduled = false
-    if (!this.#open || this.#pending === 0) return
-    const n = this.#spinOnce()
-    if (n > 0) this.#dispatch(n)
+    if (!this.#open || this.#pending === 0 || this.#failure !== undefined) return
+    let n: number
+    try { n = this.#spinOnce() } catch (error) { return this.#pollFailed(error) }
+    if (n > 0) this.#dispatchPolled(n)
     if (this.#pending > 0) this.#scheduleSpin()
   }
 
@@ -343,76 +331,44 @@ export class CompletionQueue extends Resource {
   // loop (the channel only fires for completions that arrive after re-arming).
   readonly #drain = (): void => {
     this.#drainScheduled = false
-    if (this.closed) return
-    const n = this.#poll()
-    if (n !== 0) this.#dispatch(n)
+    if (this.closed || this.#failure !== undefined) return
+    let n: number
+    try { n = this.#poll() } catch (error) { return this.#pollFailed(error) }
+    if (n !== 0) this.#dispatchPolled(n)
   }
 
-  #dispatch(count: number): void {
-    this.#dispatchOnce(count)
-    if (this.#dispatching) return // nested: the outer dispatch goes on
+  #pollFailed(error: unknown): void {
+    const e = fromNative(error) as RdmaError
+    this.#failed(e.errno ?? 5 /* EIO */, e.syscall ?? 'ibv_poll_cq')
+  }
+
+  /** `count` completions were polled into the output: delivered, then what handlers posted meanwhile is polled for. */
+  #dispatchPolled(count: number): void {
+    const dispatch = this.#dispatch
+    if (count < 0) return this.#failed(-count, 'ibv_poll_cq')
+    dispatch.deliver(count)
+    if (dispatch.dispatching) return // nested (a post inside a handler): the outer dispatch goes on
     // A handler that posted during the dispatch (a chain of tagged requests)
     // gets its completion polled for here, as the post itself would have, in
     // a loop: no turn of the event loop per request, and no recursion.
     while (this.#repoll) {
       this.#repoll = false
-      if (!this.mayPollInline()) return
+      if (!this.mayPollInline()) break
       let n: number
       try {
         n = this.#poll()
         if (n === 0 && this.pollMode === 'busy' && this.#pending === 1 && this.#spinMs > 0) n = this.#spinOnce()
       } catch {
-        return // reported by the regular (channel or busy) path
+        break // reported by the regular (channel or busy) path
       }
-      if (n === 0) return
-      if (n > 0) this.#spendInlineBudget(n)
-      this.#dispatchOnce(n)
+      if (n === 0) break
+      this.#spendInlineBudget(n)
+      count = n
+      dispatch.deliver(n)
     }
-  }
-
-  #dispatchOnce(count: number): void {
-    if (count < 0) return this.#failed(-count, 'ibv_poll_cq')
-    const w = this.#words
-    const entry = this.#entry
-    const nested = this.#dispatching
-    this.#dispatching = true
-    // Completions come in runs from one QP: look its owner up once per run.
-    let qpn = this.#lastQpn
-    let owner = this.#lastOwner
-    try {
-      for (let i = 0, o = 0; i < count; i++, o += WORDS) {
-        const wrId = w[o]! + w[o + 1]! * TWO_32
-        const status = w[o + 2]!
-        entry.wrId = wrId
-        entry.status = status
-        entry.qpn = w[o + 6]!
-        entry.vendorError = w[o + 13]!
-        // A ring's request (the promises' fast path, tagged) that succeeded
-        // needs no more of the entry; the rest is read for the others.
-        if (wrId < PROMISE_WR_ID_BASE || status !== 0) {
-          entry.opcode = w[o + 3]!
-          entry.byteLength = w[o + 4]!
-          entry.immOrRkey = w[o + 5]!
-          entry.srcQp = w[o + 7]!
-          entry.wcFlags = w[o + 8]!
-          entry.pkeyIndex = w[o + 9]!
-          entry.slid = w[o + 10]!
-          entry.sl = w[o + 11]!
-          entry.dlidPathBits = w[o + 12]!
-        }
-        if (entry.qpn !== qpn) owner = this.#owners.get(qpn = entry.qpn)?.deref()
-        owner?.pendingFor(wrId)?.complete(entry)
-      }
-    } finally {
-      this.#dispatching = nested
-    }
-    if (owner !== undefined) {
-      this.#lastQpn = qpn
-      this.#lastOwner = owner
-      if (this.#pending === 0 && !this.#unrefScheduled) { // forgotten on a later turn, when idle
-        this.#unrefScheduled = true
-        setImmediate(this.#unrefIfIdle)
-      }
+    if (dispatch.holdsOwner && this.#pending === 0 && !this.#unrefScheduled) { // forgotten on a later turn, when idle
+      this.#unrefScheduled = true
+      setImmediate(this.#unrefIfIdle)
     }
     if (count === this.#capacity && !this.#drainScheduled && this.#open) {
       this.#drainScheduled = true

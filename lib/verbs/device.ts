@@ -2,6 +2,7 @@
 import { EventEmitter } from 'node:events'
 import { native, whenLoaded, type NativeContext } from '../native/addon.js'
 import { call, errnoName, RdmaError } from '../core/errors.js'
+import type { ErrnoCode, RdmaErrorCode } from '../core/error-codes.js'
 import { Resource } from '../core/resource.js'
 import { integer, typeError } from '../core/validate.js'
 import { ProtectionDomain } from './protection-domain.js'
@@ -285,7 +286,7 @@ export class Device extends Resource {
       const qp = this.#qps.get(detail)?.deref()
       if (qp) {
         event.qp = qp
-        if (QP_FAILURES.has(name)) qp.failed(new RdmaError(`QP ${detail}: ${name}`, { code: name, qpn: detail }))
+        if (QP_FAILURES.has(name)) qp.failed(new RdmaError(`QP ${detail}: ${name}`, { code: name as RdmaErrorCode, qpn: detail }))
       }
     }
     if (name === 'SRQ_ERR' || name === 'SRQ_LIMIT_REACHED') {
@@ -301,7 +302,7 @@ export class Device extends Resource {
   }
 
   /** @internal The device's async fd failed (the device went away): nothing more will come. */
-  onAsyncFailure(errno: number, code: string): void {
+  onAsyncFailure(errno: number, code: ErrnoCode): void {
     if (this.closed) return
     this.failAll(new RdmaError(`Device ${this.name} failed: ibv_get_async_event: ${code}`, { code, errno, syscall: 'ibv_get_async_event' }))
   }
@@ -323,7 +324,7 @@ const openDevices = new Map<string, Set<WeakRef<Device>>>()
 whenLoaded((addon) => addon.setAsyncEventHandler((name, type, detail, code) => {
   for (const ref of [...(openDevices.get(name) ?? [])]) {
     const device = ref.deref()
-    if (type < 0) device?.onAsyncFailure(detail, code ?? errnoName(detail))
+    if (type < 0) device?.onAsyncFailure(detail, (code as ErrnoCode | undefined) ?? errnoName(detail))
     else device?.onAsyncEvent(type, detail)
   }
 }))

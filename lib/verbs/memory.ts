@@ -1,17 +1,20 @@
 // Native buffers, memory regions, and the local/remote slices that work
-// requests name. Every slice is bounds-checked when it is made.
+// requests name. Every slice is bounds-checked when it is made (remote
+// memory: remote.ts).
 import { native, type NativeBufferHandle, type NativeMemoryRegion } from '../native/addon.js'
 import { call, closedError, RdmaError } from '../core/errors.js'
 import { explainRegistrationFailure } from '../core/memlock.js'
 import { Resource } from '../core/resource.js'
 import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
+import { readU64LE } from '../core/u64.js'
+import { HOLD, RELEASE } from '../ops/held-region.js'
 import type { ProtectionDomain } from './protection-domain.js'
+import { remoteRegion, type RemoteDescriptor, type RemoteRegion } from './remote.js'
 import { markAsUntransferable } from 'node:worker_threads'
 
-const TWO_32 = 4294967296
 
 /** The most bytes one view (Uint8Array) of native memory holds: larger memory is seen through windows. */
-const MAX_VIEW_BYTES = TWO_32
+const MAX_VIEW_BYTES = 4294967296
 
 /** Page-aligned memory owned by the library (not a JS ArrayBuffer, so it can't be detached). */
 export class NativeMemory {
@@ -73,8 +76,7 @@ export class MemoryRegion extends Resource {
   readonly rkey: number
   /** @internal The registered JS bytes; undefined for library memory (see `bytes`). */
   readonly #jsBytes: Uint8Array | undefined
-  /** @internal Work requests in flight that name this region. */
-  inflight = 0
+  #inflight = 0
   /** Whether close() has not run, for assertUsable() per operation (Resource's assertOpen() is a megamorphic access). */
   #open = true
   #idleWaiters: Array<() => void> = []
@@ -144,9 +146,7 @@ export class MemoryRegion extends Resource {
   /** A part of this region for local use in a work request. */
   slice(offset = 0, length?: number): LocalSlice {
     this.assertOpen()
-    integer(offset, 'offset', 0, this.length)
-    const len = length === undefined ? this.length - offset : integer(length, 'length', 0, this.length - offset)
-    return new LocalSlice(this, offset, len)
+    return new LocalSlice(this, offset, length === undefined && typeof offset === 'number' ? this.length - offset : length as number)
   }
 
   /** A JSON-safe descriptor a peer turns into a RemoteRegion with remoteRegion(). */
@@ -208,9 +208,15 @@ export class MemoryRegion extends Resource {
     this.close()
   }
 
-  /** @internal A work request naming this region is done with it. */
-  released(): void {
-    if (--this.inflight === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
+  /** Work requests in flight that name this region. */
+  get inflight(): number { return this.#inflight }
+
+  /** @internal Request bookkeeping (ops/held-region.ts): a work request naming this region is about to be posted. */
+  [HOLD](): void { this.#inflight++ }
+
+  /** @internal Request bookkeeping: the device is done with a work request that named this region. */
+  [RELEASE](): void {
+    if (--this.#inflight === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
   }
 
   #wakeIdle(): void {
@@ -250,57 +256,34 @@ function isDetached(buffer: ArrayBufferLike): boolean {
   }
 }
 
+
 /** A bounds-checked part of a local memory region. */
 export class LocalSlice {
-  constructor(readonly region: MemoryRegion, readonly offset: number, readonly length: number) {}
+  readonly region: MemoryRegion
+  readonly offset: number
+  readonly length: number
+
+  /**
+   * Checked: `region` a MemoryRegion, [offset, offset + length) inside it
+   * (ERR_OUT_OF_RANGE otherwise). Work requests compute their addresses from
+   * these fields, so no slice can name memory outside its region.
+   */
+  constructor(region: MemoryRegion, offset: number, length: number) {
+    if (!(region instanceof MemoryRegion)) throw typeError('a MemoryRegion', 'region', region)
+    integer(offset, 'offset', 0, region.length)
+    integer(length, 'length', 0, region.length - offset)
+    this.region = region
+    this.offset = offset
+    this.length = length
+  }
+
   get address(): number { return this.region.address + this.offset }
   get lkey(): number { return this.region.lkey }
   /** The bytes of this slice (a view, no copy); ERR_VIEW_TOO_LARGE over MAX_VIEW_BYTES. */
   get bytes(): Uint8Array { return this.region.window(this.offset, this.length) }
 }
 
-/** Remote memory descriptor, version 1. `addr` is a hex string so that 64-bit addresses survive JSON. */
-export interface RemoteDescriptor { version: 1; addr: string; rkey: number; length: number }
-
-/** Memory on a peer, known from its descriptor. */
-export class RemoteRegion {
-  /** @internal */ readonly addrHi: number
-  /** @internal */ readonly addrLo: number
-  constructor(readonly addr: bigint, readonly rkey: number, readonly length: number) {
-    this.addrHi = Number(addr >> 32n)
-    this.addrLo = Number(addr & 0xffffffffn)
-  }
-  slice(offset = 0, length?: number): RemoteSlice {
-    integer(offset, 'offset', 0, this.length)
-    const len = length === undefined ? this.length - offset : integer(length, 'length', 0, this.length - offset)
-    return new RemoteSlice(this, offset, len)
-  }
-  describe(): RemoteDescriptor {
-    return { version: 1, addr: '0x' + this.addr.toString(16), rkey: this.rkey, length: this.length }
-  }
-}
-
-/** A bounds-checked part of a remote region. */
-export class RemoteSlice {
-  /** @internal */ readonly addrHi: number
-  /** @internal */ readonly addrLo: number
-  constructor(readonly region: RemoteRegion, readonly offset: number, readonly length: number) {
-    const lo = region.addrLo + offset
-    this.addrLo = lo % TWO_32
-    this.addrHi = (region.addrHi + Math.floor(lo / TWO_32)) >>> 0
-  }
-  get rkey(): number { return this.region.rkey }
-  get addr(): bigint { return (BigInt(this.addrHi) << 32n) | BigInt(this.addrLo) }
-}
-
-/** Turns a descriptor (from describe(), possibly via JSON) into a RemoteRegion. */
-export function remoteRegion(descriptor: unknown): RemoteRegion {
-  const d = object(descriptor, 'descriptor')
-  if (d.version !== 1) throw typeError('version 1', 'descriptor.version', d.version)
-  if (typeof d.addr !== 'string' || !/^0x[0-9a-f]{1,16}$/i.test(d.addr)) throw typeError('a hex address string', 'descriptor.addr', d.addr)
-  const rkey = integer(d.rkey, 'descriptor.rkey', 0, 0xffffffff)
-  const length = integer(d.length, 'descriptor.length', 0, Number.MAX_SAFE_INTEGER)
-  const addr = BigInt(d.addr)
-  if (addr + BigInt(length) > 1n << 64n) throw rangeError('a region that ends below 2^64', 'descriptor.length', length)
-  return new RemoteRegion(addr, rkey, length)
+/** The 8 bytes an atomic wrote into `local`, as the value before the operation. */
+export function readAtomicValue(local: LocalSlice): bigint {
+  return local.region.length <= MAX_VIEW_BYTES ? readU64LE(local.region.bytes, local.offset) : readU64LE(local.bytes, 0)
 }

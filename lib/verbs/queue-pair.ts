@@ -3,75 +3,44 @@
 import { native, SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeQueuePair, type PostFunction, type PostOneFunction } from '../native/addon.js'
 import { call, closedError, fromNative, RdmaError } from '../core/errors.js'
 import { Resource } from '../core/resource.js'
-import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WcFlags, WrOpcode, wcOpcodeNames, type QpStateName, type QpTypeName } from '../core/constants.js'
-import { LocalSlice, RemoteSlice, type MemoryRegion } from './memory.js'
+import { Access, mtuEnum, QpState, qpStateNames, QpType, SendFlags, WrOpcode, type QpStateName, type QpTypeName } from '../core/constants.js'
+import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from '../core/validate.js'
+import { smallU64 } from '../core/u64.js'
 import { PendingTable } from '../ops/pending-table.js'
-import { abandonAll, allocateWrIds, Pending, type CompletionEntry, type PendingCounter, type PendingOwner } from '../ops/pending.js'
+import { abandonAll, Pending, type CompletionEntry } from '../ops/pending.js'
 import { WorkRequestEncoder, type SendWr, type Sge } from '../ops/encoder.js'
 import { MAX_SGE_BYTES, splitWr } from '../ops/split.js'
 import { abortError, SlotWait, WorkQueueSlots } from '../ops/slots.js'
-import { boolean, instance, integer, object, oneOf, optionalObject, typeError, rangeError, uint64, waitOptions, type WaitOptions } from '../core/validate.js'
-import { CompletionQueue } from './completion-queue.js'
+import { QueueLedger } from '../ops/queue-ledger.js'
+import { ReceiveBatch } from '../ops/receive-batch.js'
+import { PROMISE_WR_ID_BASE, QP_WR_ID_BASE, TAGGED_WR_ID_BASE, WrIdAllocator } from '../ops/wr-ids.js'
+import { PromiseOps } from '../ops/promise-ops.js'
+import {
+  handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WRITE, TaggedOps, type CompletionHandler,
+} from '../ops/tagged-ops.js'
+import { CompletionQueue, CQ_DISPATCH } from './completion-queue.js'
 import type { ProtectionDomain } from './protection-domain.js'
-import type { Device } from './device.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
 import { AddressHandle } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
-import { smallU64 } from '../core/u64.js'
-import { PROMISE_WR_ID_BASE, PromiseOps, readAtomicValue } from '../ops/promise-ops.js'
-import {
-  handlerBusy, TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_VERBS, TAGGED_WR_ID_BASE, TAGGED_WRITE, TaggedOps, type CompletionHandler,
-} from '../ops/tagged-ops.js'
+import { LocalSlice, readAtomicValue, type MemoryRegion } from './memory.js'
+import { RemoteSlice } from './remote.js'
+import { localSges, wrongPd } from './local-sges.js'
+import { receiveCompletion, type ReceiveCompletion } from './receive-completion.js'
+import type {
+  AtomicOptions, BatchOperation, BatchOptions, ConnectOptions, OpOptions, QpEndpoint, QueuePairOptions, SendOptions, WriteOptions,
+} from './queue-pair-options.js'
 
-/** Encoder for receives and custom posts (used and emptied within one call). */
-const encoder = new WorkRequestEncoder()
-
-/**
- * What one queue of a QP holds on its (possibly shared) CQ: requests waiting
- * there (they keep it polling) and credits (entries promised to its work
- * requests). Holds the QP only while requests wait (`holder`; collectedQps
- * holds the ledger): whoever awaits a request may hold nothing but its
- * promise, and the request must still settle. A server loop awaiting only
- * `conn.receiveJson()` was collected with its connection, and the peer saw a
- * disconnect. A QP dropped without close() and with nothing in flight is
- * collected and gives these back (see `collectedQps`).
- */
-class QueueLedger implements PendingCounter {
-  pendings = 0
-  credits = 0
-  holder: object | undefined = undefined
-  constructor(readonly cq: CompletionQueue) {}
-  addPending(owner: object): void {
-    if (this.pendings++ === 0) this.holder = owner
-    this.cq.addPending()
-  }
-  removePending(): void {
-    if (--this.pendings === 0) this.holder = undefined
-    this.cq.removePending()
-  }
-  /** Gives back credits to the CQ. */
-  give(credits: number): void {
-    this.credits -= credits
-    this.cq.credits.release(credits)
-  }
-  /** The QP was collected with requests in flight: its native QP is destroyed, nothing will complete them. */
-  giveAll(): void {
-    this.give(this.credits)
-    for (; this.pendings > 0; this.pendings--) this.cq.removePending()
-    this.holder = undefined
-  }
-}
-
-interface QpLedger { send: QueueLedger; recv: QueueLedger; srq: SharedReceiveQueue | undefined }
+interface QpLedger { send: QueueLedger; recv: QueueLedger; recvCq: CompletionQueue; srq: SharedReceiveQueue | undefined }
 
 /** States in which a peer can use the QP without a request of ours (remote WRITE, READ, atomics). */
 const PEER_REACHABLE: ReadonlySet<QpStateName> = new Set<QpStateName>(['RTR', 'RTS', 'SQD', 'SQE'])
 
 /** A QP garbage-collected without close() gives back what it held on its CQs and SRQ. */
-const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, srq }) => {
+const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, recvCq, srq }) => {
   send.giveAll()
   recv.giveAll()
-  srq?.detach({ recvCq: recv.cq })
+  srq?.detach({ recvCq })
 })
 
 /** Sends gathered during one turn of the event loop, posted together. */
@@ -101,219 +70,8 @@ class SingleRequest {
   bound: Uint32Array | undefined
 }
 
-/** A receive buffer, checked: its SGEs and the regions it holds while posted. */
-export interface ReceiveBuffer { sges: Sge[]; regions: MemoryRegion | MemoryRegion[] }
-
-/** The receives of one recvMany() (a QP's or an SRQ's): one promise each, posted with one call. */
-export class ReceiveBatch {
-  readonly promises: Array<Promise<ReceiveCompletion>> = []
-  readonly #resolves: Array<(completion: ReceiveCompletion) => void> = []
-  readonly #rejects: Array<(error: Error) => void> = []
-
-  constructor(readonly buffers: readonly ReceiveBuffer[]) {
-    for (let i = 0; i < buffers.length; i++) {
-      this.promises.push(new Promise((resolve, reject) => {
-        this.#resolves.push(resolve)
-        this.#rejects.push(reject)
-      }))
-    }
-  }
-
-  readonly rejectAll = (error: Error): void => { for (const reject of this.#rejects) reject(error) }
-
-  /**
-   * One Pending per buffer (of `owner`, counted by `counter`), encoded and
-   * posted with one `postRecv` call; `tracked` sees each before posting. A
-   * refusal rejects the receives that did not reach the queue (the ones
-   * before stay posted).
-   */
-  post(owner: PendingOwner, counter: PendingCounter, wait: WaitOptions, toCompletion: (entry: CompletionEntry) => ReceiveCompletion,
-    postRecv: (words: Uint32Array, count: number) => void, tracked?: (pending: Pending) => void): void {
-    const n = this.buffers.length
-    const first = allocateWrIds(n)
-    const pendings: Pending[] = []
-    encoder.reset()
-    for (let i = 0; i < n; i++) {
-      const pending = new Pending(owner, counter, 'recv', 'recv', first + i, first + i, this.buffers[i]!.regions,
-        this.#resolves[i]!, this.#rejects[i]!, toCompletion)
-      encoder.addRecv(first + i, this.buffers[i]!.sges)
-      pending.track(wait)
-      tracked?.(pending)
-      pendings.push(pending)
-    }
-    try {
-      postRecv(encoder.buffer, n)
-    } catch (cause) {
-      const error = fromNative(cause) as RdmaError
-      for (const pending of pendings.slice(error.posted ?? 0)) {
-        pending.untrack()
-        pending.reject(error)
-      }
-    }
-  }
-}
-
 /** Runs `fn` at the end of the current microtask checkpoint (cheaper than queueMicrotask, which wraps each call in an AsyncResource). */
 const RESOLVED = Promise.resolve()
-
-export interface QueuePairOptions {
-  type?: QpTypeName
-  sendCq: CompletionQueue
-  /** Defaults to sendCq. */
-  recvCq?: CompletionQueue
-  srq?: SharedReceiveQueue
-  maxSendWr?: number
-  maxRecvWr?: number
-  maxSendSge?: number
-  maxRecvSge?: number
-  maxInlineData?: number
-  /** Port used by connect() (default 1). */
-  port?: number
-  /** GID index for RoCE (default: the port's RoCE v2 IPv4 GID, else its first GID). */
-  gidIndex?: number
-}
-
-/** What a peer needs to connect to this QP. JSON-safe; send it any way you like. */
-export interface QpEndpoint {
-  version: 1
-  type: QpTypeName
-  qpn: number
-  psn: number
-  lid: number
-  gid: string
-  gidIndex: number
-  mtu: number
-  port: number
-}
-
-/** Overrides for connect(); every verbs attribute of the transitions can be set. */
-export interface ConnectOptions {
-  accessFlags?: number
-  pkeyIndex?: number
-  mtu?: number
-  sl?: number
-  hopLimit?: number
-  trafficClass?: number
-  flowLabel?: number
-  minRnrTimer?: number
-  maxDestRdAtomic?: number
-  maxRdAtomic?: number
-  timeout?: number
-  retryCount?: number
-  rnrRetry?: number
-}
-
-export interface OpOptions extends WaitOptions {
-  /** Post without a signaled completion is not offered for single operations: each promise needs one. */
-  fence?: boolean
-  solicited?: boolean
-  /** Copy the data into the work request (size <= maxInlineData). */
-  inline?: boolean
-}
-
-export interface SendOptions extends OpOptions {
-  /** 32-bit immediate data delivered with the message (SEND_WITH_IMM). */
-  immediate?: number
-  /**
-   * Rkey the receiver's device invalidates (SEND_WITH_INV): a type 2 window
-   * the receiver has bound. The receiver's device cannot be checked from
-   * here; Soft-RoCE on Linux 6.1 dereferences NULL in the receiver's kernel
-   * for a window that is not bound (docs/api.md, `.invalidate()`).
-   */
-  invalidateRkey?: number
-  /** UD destination. */
-  dest?: { ah: AddressHandle; qpn: number; qkey: number }
-}
-
-export interface WriteOptions extends OpOptions {
-  /** 32-bit immediate data: consumes a receive on the peer (WRITE_WITH_IMM). */
-  immediate?: number
-}
-
-export interface AtomicOptions extends WaitOptions {
-  /** Where the original value lands (8 bytes); default: library-owned scratch memory. */
-  local?: LocalSlice
-}
-
-/** A completed receive. */
-export interface ReceiveCompletion {
-  byteLength: number
-  opcode: string
-  immediate?: number
-  invalidatedRkey?: number
-  /** UD: the sender's QP number; the first 40 bytes of the buffer hold the GRH when `grh` is true. */
-  srcQp: number
-  slid: number
-  sl: number
-  grh: boolean
-  qpn: number
-  wrId: number
-}
-
-export type BatchOperation =
-  | { op: 'write'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice; immediate?: number; inline?: boolean }
-  | { op: 'read'; local: LocalSlice | readonly LocalSlice[]; remote: RemoteSlice }
-  | { op: 'send'; local: LocalSlice | readonly LocalSlice[]; immediate?: number; inline?: boolean; dest?: SendOptions['dest'] }
-  /** The value before the operation lands in `local` (8 bytes, little-endian as the device writes it). */
-  | { op: 'compareAndSwap'; local: LocalSlice; remote: RemoteSlice; compare: bigint; swap: bigint }
-  | { op: 'fetchAndAdd'; local: LocalSlice; remote: RemoteSlice; add: bigint }
-
-export interface BatchOptions extends WaitOptions {
-  /** 'last' (default): one signaled completion for the whole batch. 'each': one per work request. */
-  completions?: 'last' | 'each'
-}
-
-/** A receive completion as users see it; a SEND_WITH_INV it reports revoked the named window of `device`. */
-export function receiveCompletion(entry: CompletionEntry, device: Device): ReceiveCompletion {
-  const result: ReceiveCompletion = {
-    byteLength: entry.byteLength,
-    opcode: wcOpcodeNames[entry.opcode] ?? String(entry.opcode),
-    srcQp: entry.srcQp,
-    slid: entry.slid,
-    sl: entry.sl,
-    grh: (entry.wcFlags & WcFlags.Grh) !== 0,
-    qpn: entry.qpn,
-    wrId: entry.wrId,
-  }
-  if (entry.wcFlags & WcFlags.WithImm) result.immediate = entry.immOrRkey
-  if (entry.wcFlags & WcFlags.WithInv) {
-    result.invalidatedRkey = entry.immOrRkey
-    const window = device.windowWithRkey(entry.immOrRkey)
-    if (window !== undefined) window.bound = false // the sender invalidated it here
-  }
-  return result
-}
-
-/** A region of another PD: the device would refuse it later, with a less clear error. */
-function wrongPd(name: string): RdmaError {
-  return new RdmaError(`${name}: the region belongs to another protection domain than the queue`, { code: 'ERR_WRONG_PD' })
-}
-
-/** Validates local slices (regions of `pd`) and returns their SGEs and regions. */
-export function localSges(local: unknown, name: string, maxSge: number, pd: ProtectionDomain): { sges: Sge[]; regions: MemoryRegion | MemoryRegion[]; length: number } {
-  if (local instanceof LocalSlice) { // the common case: one slice
-    const region = local.region
-    region.assertUsable()
-    if (region.pd !== pd) throw wrongPd(name)
-    const length = local.length
-    const sges = length > 0 ? [{ address: region.address + local.offset, length, lkey: region.lkey }] : []
-    return { sges, regions: region, length }
-  }
-  const slices = Array.isArray(local) ? local : [local]
-  if (slices.length > maxSge) throw rangeError(`at most ${maxSge} slices (the queue's max SGEs)`, name, slices.length)
-  const sges: Sge[] = []
-  const regions: MemoryRegion[] = []
-  let length = 0
-  for (const slice of slices) {
-    if (!(slice instanceof LocalSlice)) throw typeError('a LocalSlice (region.slice())', name, slice)
-    slice.region.assertUsable()
-    if (slice.region.pd !== pd) throw wrongPd(name)
-    if (slice.length > 0) sges.push({ address: slice.address, length: slice.length, lkey: slice.lkey })
-    regions.push(slice.region)
-    length += slice.length
-  }
-  return { sges, regions, length }
-}
 
 /** Argument names for messages: index -1 is a single operation, else operations[index]. */
 const opNameOf = (index: number): string => index < 0 ? 'options' : `operations[${index}]`
@@ -345,9 +103,12 @@ export class QueuePair extends Resource {
   /** The lower-level completion path (setCompletionHandler()): its requests in flight and their handler. */
   #tagged: TaggedOps | undefined
   /** The promises' fast path: requests in flight and their resolve and reject (no Pending object). */
-  readonly #promised: PromiseOps
+  readonly #promised: PromiseOps<LocalSlice>
   /** Ring requests (tagged, and the promises' fast path) are posted one per call, from their own buffer (bound to the native post function once). */
   readonly #single = new SingleRequest()
+  /** Ids of this QP's Pending requests; receives and custom posts are encoded with #encoder (used and emptied within one call). */
+  readonly #wrIds = new WrIdAllocator(QP_WR_ID_BASE)
+  readonly #encoder = new WorkRequestEncoder()
   #draining = false // close() is delivering the completions already queued
   readonly #sendSlots: WorkQueueSlots
   #sendBatch = new SendBatch()
@@ -360,6 +121,8 @@ export class QueuePair extends Resource {
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */
   #maxMessage = 0
   readonly #ledger: QpLedger
+  /** The send CQ's count word: a post that polls in the same native call finds its count there. */
+  readonly #sendCountWord: Uint32Array
   /**
    * Whether close() has not run, for the hot paths: Resource's `closed`
    * getter is shared by every kind of resource, its property access turns
@@ -401,13 +164,14 @@ export class QueuePair extends Resource {
     this.psn = Math.floor(Math.random() * 0xffffff)
     this.pendings = new PendingTable(this.caps.maxSendWr + this.caps.maxRecvWr)
     this.#sendSlots = new WorkQueueSlots(this.caps.maxSendWr)
-    this.#promised = new PromiseOps(this, pd, this.caps.maxSendWr)
+    this.#promised = new PromiseOps<LocalSlice>(this, { returnAtomicSlot: (slot) => pd.returnAtomicSlot(slot), readAtomicValue }, this.caps.maxSendWr)
     this.#recvSlots = new WorkQueueSlots(this.srq ? 0 : this.caps.maxRecvWr)
+    this.#sendCountWord = this.sendCq[CQ_DISPATCH].countWord
     this.sendCq.addOwner(this.qpn, this)
     this.recvCq.addOwner(this.qpn, this)
     pd.device.trackQp(this)
     this.srq?.attach(this)
-    this.#ledger = { send: new QueueLedger(this.sendCq), recv: new QueueLedger(this.recvCq), srq: this.srq }
+    this.#ledger = { send: new QueueLedger(this.sendCq), recv: new QueueLedger(this.recvCq), recvCq: this.recvCq, srq: this.srq }
     collectedQps.register(this, this.#ledger, this.#ledger)
     this.adoptedBy(pd, this.sendCq, this.recvCq, ...(this.srq ? [this.srq] : []))
   }
@@ -563,9 +327,9 @@ export class QueuePair extends Resource {
     if (this.srq) throw new RdmaError('This QP receives through its SRQ: use srq.recvMany()', { code: 'ERR_QP_SRQ' })
     const buffers = locals.map((local, i) => localSges(local, `locals[${i}]`, this.caps.maxRecvSge, this.pd))
     if (buffers.length === 0) return []
-    const receives = new ReceiveBatch(buffers)
+    const receives = new ReceiveBatch<ReceiveCompletion>(buffers)
     this.#reserve('recv', 'recv', buffers.length, wait, receives.rejectAll,
-      (left) => receives.post(this, this.#ledger.recv, left, this.#receiveCompletion, (words, count) => this.handle.postRecv(words, count)),
+      (left) => receives.post(this, this.#ledger.recv, this.#wrIds, this.#encoder, left, this.#receiveCompletion, (words, count) => this.handle.postRecv(words, count)),
       'locals.length')
     return receives.promises
   }
@@ -607,7 +371,7 @@ export class QueuePair extends Resource {
     } else if (tagged !== undefined) {
       tagged.handler = handler
     } else {
-      this.#tagged = new TaggedOps(this, handler, this.#sendSlots.capacity)
+      this.#tagged = new TaggedOps(this, handler, this.#sendSlots.capacity, this.sendCq[CQ_DISPATCH])
     }
   }
 
@@ -756,7 +520,7 @@ export class QueuePair extends Resource {
     let polled = 0
     try {
       if (poll) {
-        const count = cq.polledCount
+        const count = this.#sendCountWord
         count[0] = 0 // no poll happens if the CQ was closed meanwhile: never a stale count
         single.postPoll!()
         polled = count[0]!
@@ -1085,7 +849,7 @@ export class QueuePair extends Resource {
         }
         if (wait === NO_OPTIONS && this.#takeSendSlotNow()) {
           // The hot path: written straight into the send buffer, no work request object.
-          wrId = allocateWrIds(1)
+          wrId = this.#wrIds.take(1)
           const pending = new Pending(this, this.#ledger.send, 'send', verb, wrId, wrId, local.region, done, failed)
           const batch = this.#sendBatch
           const at = batch.encoder.addOne(wrId, opcode, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
@@ -1256,7 +1020,7 @@ export class QueuePair extends Resource {
       this.#postNow(this.#promised.lastWrId, verbIndex, local, remote, 0n, 0, 0n, 0)
       return promise
     }
-    const wrId = allocateWrIds(1)
+    const wrId = this.#wrIds.take(1)
     let pending: Pending
     const promise = new Promise<void>((resolve, reject) => {
       pending = new Pending(this, this.#ledger.send, 'send', kind, wrId, wrId, region, resolve, reject, noResult)
@@ -1391,7 +1155,7 @@ export class QueuePair extends Resource {
     resolve: (value: T) => void, reject: (error: Error) => void, transform: ((entry: CompletionEntry) => T) | undefined,
     encode: SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void), custom: boolean): void {
     const ledger = queue === 'send' ? this.#ledger.send : this.#ledger.recv
-    const first = allocateWrIds(count)
+    const first = this.#wrIds.take(count)
     const pending = new Pending(this, ledger, queue, verb, first, first + count - 1, regions, resolve, reject, transform)
     if (queue === 'send' && !custom) {
       // Sends made in the same turn of the event loop are posted together, with
@@ -1418,6 +1182,7 @@ export class QueuePair extends Resource {
     let encoded = false
     try {
       if (custom) this.#flushSends() // keep the send queue's order
+      const encoder = this.#encoder
       encoder.reset()
       pending.track(wait)
       if (typeof encode === 'function') {

@@ -2,16 +2,17 @@
 import { native, type NativeSharedReceiveQueue } from '../native/addon.js'
 import { call, closedError, fromNative, RdmaError } from '../core/errors.js'
 import { Resource } from '../core/resource.js'
-import { abandonAll, allocateWrIds, Pending, type CompletionEntry } from '../ops/pending.js'
+import { abandonAll, Pending, type CompletionEntry } from '../ops/pending.js'
+import { ReceiveBatch } from '../ops/receive-batch.js'
+import { SRQ_WR_ID_BASE, WrIdAllocator } from '../ops/wr-ids.js'
 import { PendingTable } from '../ops/pending-table.js'
 import { WorkRequestEncoder } from '../ops/encoder.js'
 import { integer, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import type { LocalSlice } from './memory.js'
 import type { CompletionQueue } from './completion-queue.js'
-import { localSges, ReceiveBatch, receiveCompletion, type ReceiveCompletion } from './queue-pair.js'
-
-const encoder = new WorkRequestEncoder()
+import { localSges } from './local-sges.js'
+import { receiveCompletion, type ReceiveCompletion } from './receive-completion.js'
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
@@ -32,6 +33,9 @@ export class SharedReceiveQueue extends Resource {
   readonly #outstanding = new Set<Pending>()
   /** @internal PendingOwner */
   readonly pendings: PendingTable
+  readonly #wrIds = new WrIdAllocator(SRQ_WR_ID_BASE)
+  /** Encodes receives (used and emptied within one call). */
+  readonly #encoder = new WorkRequestEncoder()
 
   /** Not constructible: made by pd.createSrq(). */
   constructor(...notConstructible: never)
@@ -93,8 +97,9 @@ export class SharedReceiveQueue extends Resource {
         this.assertOpen()
         const wait = waitOptions(options)
         const { sges, regions } = localSges(local, 'local', this.maxSge, this.pd)
-        const first = allocateWrIds(1)
+        const first = this.#wrIds.take(1)
         const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry, this.pd.device)), reject)
+        const encoder = this.#encoder
         encoder.reset()
         encoder.addRecv(first, sges)
         pending.track(wait)
@@ -124,8 +129,8 @@ export class SharedReceiveQueue extends Resource {
     const wait = waitOptions(options)
     const buffers = locals.map((local, i) => localSges(local, `locals[${i}]`, this.maxSge, this.pd))
     if (buffers.length === 0) return []
-    const receives = new ReceiveBatch(buffers)
-    receives.post(this, this, wait, (entry) => receiveCompletion(entry, this.pd.device), (words, count) => this.handle.postRecv(words, count),
+    const receives = new ReceiveBatch<ReceiveCompletion>(buffers)
+    receives.post(this, this, this.#wrIds, this.#encoder, wait, (entry) => receiveCompletion(entry, this.pd.device), (words, count) => this.handle.postRecv(words, count),
       (pending) => this.#outstanding.add(pending))
     return receives.promises
   }

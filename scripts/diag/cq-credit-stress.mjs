@@ -1,14 +1,11 @@
 // Repeats rdma/35's "small shared CQ" case: two QPs whose send CQ (16
 // entries) is far smaller than their 2 x 200 writes. Prints per round how
 // many settled and how; stops at the first round that does not finish.
-// node scripts/diag/cq-credit-stress.mjs [rounds] [first wr_id]
+// node scripts/diag/cq-credit-stress.mjs [rounds]
 import { openDevice } from '../../dist/index.js'
-import { allocateWrIds } from '../../dist/ops/pending.js'
 import { smallSharedCq, writeAll } from './small-shared-cq.mjs'
 
 const rounds = Number(process.argv[2] ?? 30)
-// Start the wr_id counter at argv[3] (as after a long-running process).
-if (process.argv[3]) allocateWrIds(Number(process.argv[3]))
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 for (let round = 0; round < rounds; round++) {
   const setup = await smallSharedCq(device)

@@ -175,7 +175,7 @@ describe('transfers between two agents', () => {
       const bytes = new Promise<Buffer>((resolve) => server.once('notification', ({ message }) => resolve(message as Buffer)))
       await agent.notify(peer, new Uint8Array([1, 2, 3]))
       expect([...await within(bytes, 10_000, 'the bytes notification')]).toEqual([1, 2, 3])
-      await expect(agent.notify(peer, 'x'.repeat(1025))).rejects.toThrow(RangeError)
+      await expect(agent.notify(peer, 'x'.repeat(1025))).rejects.toSatisfy((e: unknown) => e instanceof RangeError && (e as { code?: string }).code === 'ERR_MESSAGE_TOO_LARGE')
       // 1 KiB of characters JSON escapes (6 bytes each) still fits.
       const escaped = new Promise<string | Buffer>((resolve) => server.once('notification', ({ message }) => resolve(message)))
       await agent.notify(peer, '\u0001'.repeat(1024))

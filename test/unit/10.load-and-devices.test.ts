@@ -30,7 +30,7 @@ describe('the addon', () => {
 
   it('exports the documented public API', () => {
     expect(Object.keys(api).sort()).toEqual([
-      'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'Listener',
+      'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'LIBRARY_ERROR_CODES', 'Listener',
       'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'Peer', 'ProtectionDomain', 'QpState',
       'QueuePair', 'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'Segment', 'SharedReceiveQueue',
       'TransferAgent', 'TransferError', 'TransferPlan', 'connect', 'decodeDescriptors', 'decodeWord', 'enableForkSupport',

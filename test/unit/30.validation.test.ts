@@ -14,9 +14,12 @@ import {
 import { call, closedError, fromNative, RdmaError } from '../../lib/core/errors.js'
 import { Access, mtuBytes, mtuEnum, QpState, QpType, SendFlags, WcFlags, wcOpcodeNames, WrOpcode, wcStatusNames } from '../../lib/core/constants.js'
 import { Resource } from '../../lib/core/resource.js'
-import { allocateWrIds, completionError, Pending, type CompletionEntry, type PendingOwner } from '../../lib/ops/pending.js'
+import { completionError, Pending, type CompletionEntry, type PendingOwner } from '../../lib/ops/pending.js'
+import { QP_WR_ID_BASE, WrIdAllocator } from '../../lib/ops/wr-ids.js'
+import { fakeRegion } from './fake-region.js'
 import { WorkQueueSlots } from '../../lib/ops/slots.js'
-import { localSges, receiveCompletion } from '../../lib/verbs/queue-pair.js'
+import { localSges } from '../../lib/verbs/local-sges.js'
+import { receiveCompletion } from '../../lib/verbs/receive-completion.js'
 import { NativeMemory } from '../../lib/verbs/memory.js'
 
 
@@ -332,10 +335,10 @@ describe('Pending: settling requests', () => {
   function setup(count = 1) {
     const owner = { qpn: 17, pendings: new Map<number, Pending>(), released: vi.fn(), failed: vi.fn(), orphaned: vi.fn() } satisfies PendingOwner
     const counter = { addPending: vi.fn(), removePending: vi.fn() }
-    const region = { inflight: 0, released() { this.inflight-- } } as any
+    const region = fakeRegion()
     const resolve = vi.fn()
     const reject = vi.fn()
-    const first = allocateWrIds(count)
+    const first = new WrIdAllocator(QP_WR_ID_BASE).take(count)
     const pending = new Pending(owner, counter, 'send', 'write', first, first + count - 1, [region], resolve, reject)
     return { owner, counter, region, resolve, reject, pending, first }
   }

@@ -3,21 +3,24 @@
 // finished or foreign requests are ignored; reports found by a post are held
 // and delivered after it, in order.
 import { describe, expect, it } from 'vitest'
-import { afterPost, deliverHeld, reportsHeld, TAGGED_VERBS, TAGGED_WR_ID_BASE, TaggedOps } from '../../lib/ops/tagged-ops.js'
+import { TAGGED_VERBS, TaggedOps } from '../../lib/ops/tagged-ops.js'
+import { TAGGED_WR_ID_BASE } from '../../lib/ops/wr-ids.js'
+import { CompletionDispatch } from '../../lib/ops/dispatch.js'
+import { fakeRegion } from './fake-region.js'
 import { RdmaError } from '../../lib/core/errors.js'
 import type { CompletionEntry } from '../../lib/ops/pending.js'
-import type { MemoryRegion } from '../../lib/verbs/memory.js'
 
 const WRITE = TAGGED_VERBS.indexOf('write')
 const READ = TAGGED_VERBS.indexOf('read')
 
 function setup(capacity: number) {
-  const region = { inflight: 0, released() { this.inflight-- } }
+  const region = fakeRegion()
+  const dispatch = new CompletionDispatch(4)
   const owner = { finished: 0, failures: [] as string[], ringRequestFinished() { this.finished++ }, failed(e: RdmaError) { this.failures.push(e.code!) } }
   const reports: Array<[number, string | undefined]> = []
-  const ops = new TaggedOps(owner, (tag, error) => reports.push([tag, error?.code]), capacity)
+  const ops = new TaggedOps(owner, (tag, error) => reports.push([tag, error?.code]), capacity, dispatch)
   const entry = (wrId: number, status = 0) => ({ wrId, status, qpn: 1, vendorError: 0 }) as CompletionEntry
-  return { region: region as unknown as MemoryRegion & { inflight: number }, owner, reports, ops, entry }
+  return { region, owner, reports, ops, entry, dispatch }
 }
 
 describe('TaggedOps', () => {
@@ -73,23 +76,23 @@ describe('TaggedOps', () => {
   })
 
   it('reports found while a post dispatches are held, then delivered in order by deliverHeld() or a microtask', async () => {
-    const { region, reports, ops, entry } = setup(8)
+    const { region, reports, ops, entry, dispatch } = setup(8)
     const ids = [1, 2, 3].map((tag) => ops.add(region, tag, WRITE))
-    afterPost.dispatching = true
+    dispatch.holding = true
     try {
       for (const id of ids.slice(0, 2)) ops.complete(entry(id))
     } finally {
-      afterPost.dispatching = false
+      dispatch.holding = false
     }
     expect(reports).toEqual([])
-    expect(reportsHeld()).toBe(true)
-    deliverHeld() // what cq.poll() does
+    expect(dispatch.reportsHeld).toBe(true)
+    dispatch.deliverHeld() // what cq.poll() does
     expect(reports).toEqual([[1, undefined], [2, undefined]])
-    afterPost.dispatching = true
+    dispatch.holding = true
     ops.complete(entry(ids[2]!))
-    afterPost.dispatching = false
+    dispatch.holding = false
     await Promise.resolve()
     expect(reports).toEqual([[1, undefined], [2, undefined], [3, undefined]])
-    expect(reportsHeld()).toBe(false)
+    expect(dispatch.reportsHeld).toBe(false)
   })
 })

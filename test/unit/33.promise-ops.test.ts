@@ -4,21 +4,27 @@
 // completion, a refused post, a failed CQ or a destroyed QP; its region is
 // held and a library-owned atomic slot kept until the device is done.
 import { describe, expect, it } from 'vitest'
-import { PROMISE_WR_ID_BASE, PromiseOps } from '../../lib/ops/promise-ops.js'
+import { PromiseOps } from '../../lib/ops/promise-ops.js'
+import { PROMISE_WR_ID_BASE } from '../../lib/ops/wr-ids.js'
+import { readU64LE } from '../../lib/core/u64.js'
+import { fakeRegion, type FakeRegion } from './fake-region.js'
 import { TAGGED_FETCH_ADD, TAGGED_READ, TAGGED_WRITE } from '../../lib/ops/tagged-ops.js'
 import { RdmaError } from '../../lib/core/errors.js'
 import type { CompletionEntry } from '../../lib/ops/pending.js'
-import type { LocalSlice, MemoryRegion } from '../../lib/verbs/memory.js'
 
 function setup(capacity: number) {
-  const region = { inflight: 0, released() { this.inflight-- }, length: 64, bytes: new Uint8Array(64) }
+  const region = fakeRegion(64)
   const owner = { finished: 0, failures: [] as string[], ringRequestFinished() { this.finished++ }, failed(e: RdmaError) { this.failures.push(e.code!) } }
   const returned: unknown[] = []
   // A slot given back is soon reused: scribbled on here, so a value read after that is wrong.
-  const ops = new PromiseOps(owner, { returnAtomicSlot: (slot) => { returned.push(slot); region.bytes.fill(0xff, slot.offset, slot.offset + 8) } }, capacity)
+  type Slot = { region: FakeRegion; offset: number; length: number }
+  const ops = new PromiseOps<Slot>(owner, {
+    returnAtomicSlot: (slot) => { returned.push(slot); region.bytes.fill(0xff, slot.offset, slot.offset + 8) },
+    readAtomicValue: (slot) => readU64LE(slot.region.bytes, slot.offset),
+  }, capacity)
   const entry = (wrId: number, status = 0) => ({ wrId, status, qpn: 1, vendorError: 0 }) as CompletionEntry
-  const slot = (offset: number) => ({ region, offset, length: 8 }) as unknown as LocalSlice
-  return { region: region as unknown as MemoryRegion & { inflight: number; bytes: Uint8Array }, owner, ops, entry, slot, returned }
+  const slot = (offset: number): Slot => ({ region, offset, length: 8 })
+  return { region, owner, ops, entry, slot, returned }
 }
 
 /** Watches how a promise settles (a handler attached at once, so no rejection goes unhandled). */

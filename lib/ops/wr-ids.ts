@@ -1,0 +1,23 @@
+// The work-request id space. A wr_id is a 64-bit field; ours stay below 2^53
+// (exact in a JS number) and say by their range who keeps the request:
+//   [1, 2^50)      requests with a Pending object on a QP's own queues
+//   [2^50, 2^51)   receives posted to an SRQ (a QP's completion may be either)
+//   [2^51, 2^52)   the promises' fast path (PromiseOps: base + sequence)
+//   [2^52, 2^53)   tagged requests (TaggedOps: base + sequence)
+// Each QP and SRQ allocates from its own WrIdAllocator: no counter is shared.
+export const QP_WR_ID_BASE = 1
+export const SRQ_WR_ID_BASE = 2 ** 50
+export const PROMISE_WR_ID_BASE = 2 ** 51
+export const TAGGED_WR_ID_BASE = 2 ** 52
+
+/** Consecutive wr_ids for one owner's Pending requests. */
+export class WrIdAllocator {
+  #next: number
+  constructor(base: number) { this.#next = base }
+  /** `count` consecutive ids; returns the first. */
+  take(count: number): number {
+    const first = this.#next
+    this.#next += count
+    return first
+  }
+}
