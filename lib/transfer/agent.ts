@@ -3,7 +3,7 @@
 // pull), with notifications that reach the peer after the data.
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { bounded, listen, type Listener, type ConnectionRequest } from '../cm/cm.js'
+import { bounded, listen, type Listener, type ConnectionRequest } from '../cm/index.js'
 import { listDevices, openDevice, type Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'
 import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'

@@ -4,7 +4,7 @@
 // additions and withdrawals) and notifications. Nothing rides in private data
 // but a protocol tag.
 import { RdmaError } from '../core/errors.js'
-import { bounded, type Connection } from '../cm/cm.js'
+import { bounded, type Connection } from '../cm/index.js'
 import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import type { SegmentEntry } from './segments.js'
 

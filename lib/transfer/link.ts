@@ -2,7 +2,7 @@
 // RC QPs on a CQ of their own, connected with endpoints exchanged over the
 // control channel). A link is used until it fails; then it is torn down as a
 // whole and never reused: the next transfer gets a fresh link (fresh QPs).
-import { connect, type Connection, type ConnectionRequest } from '../cm/cm.js'
+import { connect, type Connection, type ConnectionRequest } from '../cm/index.js'
 import { RdmaError } from '../core/errors.js'
 import type { CompletionQueue } from '../verbs/completion-queue.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'

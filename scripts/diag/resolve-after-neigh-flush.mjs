@@ -1,7 +1,7 @@
 // Does connect() resolve the peer's address when the neighbour table was just
 // emptied (as a link flap empties it)? Linux 6.1's rdma_resolve_ip can miss an
 // ARP answer that arrives before it queues its request, and then waits out its
-// whole timeout (lib/cm/cm.ts, resolveAddress). Two-host topology:
+// whole timeout (lib/cm/connection.ts, resolveAddress). Two-host topology:
 //   bash scripts/softroce.sh run --topology two-host -- node scripts/diag/resolve-after-neigh-flush.mjs [rounds] [DIST,...]
 // Host 0 accepts every connection; host 1, for each library build in DIST
 // (default ../../dist) and each round: flushes its neighbour table, connects

@@ -259,7 +259,7 @@ const FLUSH_PORT = 7483
  * Host 1 empties its neighbour table (as a link flap does) before each of
  * `rounds` connects to a listener of host 0. Linux 6.1's address resolution
  * can miss the ARP answer and wait out its whole timeout; connect() resolves
- * in attempts of a second (lib/cm/cm.ts, resolveAddress), so each connect must
+ * in attempts of a second (lib/cm/connection.ts, resolveAddress), so each connect must
  * succeed within its 5 s.
  */
 export async function connectAfterNeighbourFlush(s: Session, rounds: number) {
