@@ -23,6 +23,9 @@ export function tooLarge(message: string): CodedError {
   return Object.assign(new RangeError(message), { code: 'ERR_MESSAGE_TOO_LARGE' })
 }
 
+/** The default options object: hot paths compare against it to skip option parsing (one object, shared by every module). */
+export const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
+
 export function integer(value: unknown, name: string, min: number, max: number): number {
   if (typeof value !== 'number') throw typeError('an integer', name, value)
   if (!Number.isInteger(value) || value < min || value > max) throw rangeError(`an integer from ${min} to ${max}`, name, value)

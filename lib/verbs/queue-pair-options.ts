@@ -1,5 +1,6 @@
 // The options and descriptors of queue pairs and their operations.
-import type { QpTypeName } from '../core/constants.js'
+import { QpType, type QpTypeName } from '../core/constants.js'
+import { integer } from '../core/validate.js'
 import type { WaitOptions } from '../core/validate.js'
 import type { CompletionQueue } from './completion-queue.js'
 import type { SharedReceiveQueue } from './shared-receive-queue.js'
@@ -97,4 +98,20 @@ export type BatchOperation =
 export interface BatchOptions extends WaitOptions {
   /** 'last' (default): one signaled completion for the whole batch. 'each': one per work request. */
   completions?: 'last' | 'each'
+}
+
+/** The checked options of ibv_create_qp (the addon's QueuePair constructor). */
+export function nativeQpOptions(o: Record<string, unknown>, type: QpTypeName, sendCq: CompletionQueue, recvCq: CompletionQueue,
+  srq: SharedReceiveQueue | undefined): Record<string, unknown> {
+  return {
+    type: QpType[type],
+    sendCq: sendCq.handle,
+    recvCq: recvCq.handle,
+    srq: srq?.handle,
+    maxSendWr: integer(o.maxSendWr ?? 128, 'options.maxSendWr', 1, 1 << 20),
+    maxRecvWr: integer(o.maxRecvWr ?? 128, 'options.maxRecvWr', 1, 1 << 20),
+    maxSendSge: integer(o.maxSendSge ?? 1, 'options.maxSendSge', 1, 64),
+    maxRecvSge: integer(o.maxRecvSge ?? 1, 'options.maxRecvSge', 1, 64),
+    maxInlineData: integer(o.maxInlineData ?? 0, 'options.maxInlineData', 0, 1 << 16),
+  }
 }
