@@ -102,6 +102,17 @@ describe('the packed tarball', () => {
     expect(missingEntries(clonePkg, pack.files.map((f) => f.path))).toEqual([])
   })
 
+  it('the entry check finds a missing main, types, exports target (conditions, patterns) and bin', () => {
+    const pkg = {
+      main: './lib/a.js', types: 'lib/a.d.ts', bin: './bin/x.js',
+      exports: { '.': { types: './lib/a.d.ts', default: './lib/a.js' }, './sub/*': './lib/sub/*.js', './gone': null },
+    }
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/a.d.ts', 'bin/x.js', 'lib/sub/one.js'])).toEqual([])
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/sub/one.js'])).toEqual(['bin/x.js', 'lib/a.d.ts'])
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/a.d.ts', 'bin/x.js', 'lib/sub/.js'])).toEqual(['lib/sub/*.js'])
+    expect(missingEntries({ bin: { a: './a.js', b: 'b.js' } }, ['a.js'])).toEqual(['b.js'])
+  })
+
   it('holds the runtime, the prebuild, the sources for a rebuild, docs and LICENSE; no maps or dev scripts', () => {
     const files = pack.files.map((f) => f.path)
     for (const file of ['package.json', 'LICENSE', 'README.md', 'docs/api.md', 'dist/index.js', 'dist/index.d.ts',
