@@ -16,9 +16,14 @@ const hasDevices = kernelDevices().length > 0
 const noDeviceHere = hasDevices ? ' [skipped: this kernel has RDMA devices; test/rdma/98 covers them]' : ''
 
 function doctor(...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return doctorWith({}, ...args)
+}
+
+function doctorWith(extra: NodeJS.ProcessEnv, ...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const env = { ...process.env }
     delete env.NODE_IBVERBS_ADDON
+    Object.assign(env, extra)
     const child = spawn(process.execPath, [cli, 'doctor', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000 })
     let stdout = ''
     let stderr = ''
@@ -71,6 +76,18 @@ describe('doctor without an RDMA device', () => {
     const memlock = (JSON.parse(out.stdout) as DoctorReport).checks.find((c) => c.id === 'memlock')
     expect(memlock).toMatchObject({ facts: { requestedBytes: 1 << 20, triedOn: null } })
     expect(memlock!.message).toContain('not tried: no device with an ACTIVE port')
+  }, 120_000)
+
+  it('an addon that does not load: the addon check fails with loadError()\'s fix, rdma-core is read from ldconfig, devices are skipped', async () => {
+    const out = await doctorWith({ NODE_IBVERBS_ADDON: join(root, 'build', 'no-such-addon.node') }, '--json')
+    expect(out.status, out.stderr).toBe(1)
+    const report = JSON.parse(out.stdout) as DoctorReport
+    const addon = report.checks.find((c) => c.id === 'addon')
+    expect(addon).toMatchObject({ status: 'fail', facts: { loaded: false, binary: null, errorCode: 'ERR_ADDON_LOAD' } })
+    expect(addon!.message).toMatch(/^node-ibverbs: could not load the native addon/)
+    expect(addon!.fix).toContain('apt-get install libibverbs1 librdmacm1 ibverbs-providers')
+    expect(report.checks.find((c) => c.id === 'rdma-core')).toMatchObject({ status: 'ok', facts: { source: 'ldconfig' } })
+    expect(report.checks.find((c) => c.id === 'devices')).toMatchObject({ status: 'skip' })
   }, 120_000)
 
   it('refuses bad options with exit code 2 and the usage', async () => {
