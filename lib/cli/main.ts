@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// node-ibverbs command-line tool: devices, bench, softroce.
+// node-ibverbs command-line tool: devices, doctor, bench, softroce.
 import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
@@ -12,6 +12,9 @@ const softroceScript = join(packageRoot, 'scripts', 'softroce.sh')
 const USAGE = `usage: node-ibverbs COMMAND
 
   devices [--json]                 RDMA devices, ports, state, MTU, link layer, GIDs
+  doctor [--json] [--register SIZE] [--timeout MS]
+                                   checks this machine end to end and says what to fix
+                                   (exit code 1 when a check fails)
   bench TEST [--size N] [--iters N] [--poll event|busy] [--batch] [--tx-depth N]
              [--device NAME] [--json]
                                    one of our benchmarks (perftest-like), our side only
@@ -290,6 +293,9 @@ async function main(argv: string[]): Promise<void> {
   switch (command) {
     case 'devices':
       try { return await devices(rest) } catch (error) { explain(error) }
+      return
+    case 'doctor':
+      process.exitCode = await (await import('./doctor.js')).doctorMain(rest)
       return
     case 'bench': return bench(rest)
     case 'softroce': return softroce(rest)

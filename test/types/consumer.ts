@@ -11,6 +11,7 @@ import {
   type QpEndpoint, type QueuePairOptions, type RdmaErrorDetails, type ReceiveCompletion, type RemoteDescriptor,
   type Resource, type SharedReceiveQueueOptions, type WaitOptions,
 } from 'node-ibverbs'
+import type { DoctorCheck, DoctorReport, DoctorStatus } from 'node-ibverbs'
 
 // @ts-expect-error only the package entry is exported, not its files
 import type { NativeAddon } from 'node-ibverbs/dist/native/addon.js'
@@ -170,4 +171,18 @@ export async function connections(): Promise<void> {
   listener.on('connection', () => {})
   await accepting
   listener.close()
+}
+
+// `node-ibverbs doctor --json` parsed by a program: a check narrows on its id.
+export function readDoctor(json: string): number | null {
+  const report = JSON.parse(json) as DoctorReport
+  const statuses: DoctorStatus[] = report.checks.map((c: DoctorCheck) => c.status)
+  console.log(statuses, report.counts.fail, report.ok)
+  for (const check of report.checks) {
+    if (check.id === 'gid') return check.facts.index
+    if (check.id === 'memlock') console.log(check.facts.limitBytes === 'unlimited' ? 'no limit' : check.facts.limitBytes)
+    // @ts-expect-error a check's facts are its own: an rdma-cm check has no limitBytes
+    if (check.id === 'rdma-cm') console.log(check.facts.limitBytes)
+  }
+  return null
 }

@@ -1,26 +1,37 @@
-// The package as a consumer gets it: npm pack, then install the tarball into a
-// fresh project with install scripts disabled and no compiler on PATH (as pnpm,
-// `npm install --ignore-scripts` or a slim container would), type-check a
-// strict TypeScript consumer against it, and load the prebuilt binary. The
-// installed project is left in build/consumer for test/rdma/97, which runs the
-// consumer with a real device (the RDMA phase of `npm test` comes after this one).
-import { beforeAll, describe, expect, it } from 'vitest'
+// The package as a consumer gets it, made as a release makes it: a fresh git
+// clone of this checkout's HEAD, `npm ci` there, the x64 prebuild (the one
+// `npm run release:prebuilds` makes), then `npm pack` with its lifecycle
+// scripts (prepack builds dist/). The tarball is installed into a fresh project
+// with install scripts disabled and no compiler on PATH (as pnpm,
+// `npm install --ignore-scripts` or a slim container would), a strict
+// TypeScript consumer is type-checked against it, and the prebuilt binary is
+// loaded. The installed project is left in build/consumer for test/rdma/97,
+// which runs the consumer with a real device (the RDMA phase of `npm test`
+// comes after this one). The clone packs committed code only: uncommitted
+// changes are not in the tarball (the test says so when there are some).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { spawn, spawnSync } from 'node:child_process'
-import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { missingEntries, parsePackJson } from '../../scripts/packed-entries.mjs'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const consumer = join(root, 'build', 'consumer')
 const packDir = join(root, 'build', 'pack')
 // A PATH with node and npm and nothing else: no cc, g++, make, python3.
 const toolless = join(root, 'build', 'consumer-bin')
-const prebuild = join(root, 'prebuilds', `linux-${process.arch}`, 'node-ibverbs.glibc.node')
+const prebuildPath = join('prebuilds', `linux-${process.arch}`, 'node-ibverbs.glibc.node')
+const prebuild = join(root, prebuildPath)
+// The fresh clone the tarball is packed from (removed at the end).
+const clone = mkdtempSync(join(tmpdir(), 'node-ibverbs-release-'))
 
 interface PackResult { filename: string; size: number; unpackedSize: number; entryCount: number; files: Array<{ path: string }> }
 let pack: PackResult
 interface Ran { status: number | null; stdout: string; stderr: string }
 let install: Ran
+let clonePkg: Record<string, unknown>
 
 /** Runs a command without blocking the test worker (npm and tsc take a while on a busy machine). */
 function sh(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<Ran> {
@@ -54,9 +65,26 @@ beforeAll(async () => {
   symlinkSync(process.execPath, join(toolless, 'node'))
   symlinkSync(npmCli, join(toolless, 'npm')) // its #!/usr/bin/env node finds the node above
 
-  const packed = await sh(process.execPath, [npmCli, 'pack', '--ignore-scripts', '--json', '--pack-destination', packDir], root)
-  if (packed.status !== 0) throw new Error(`npm pack failed: ${packed.stderr}`)
-  pack = JSON.parse(packed.stdout)[0]
+  // The release steps on a fresh clone: git clone, npm ci (the prebuild is in
+  // place first, so its install step compiles nothing), npm pack.
+  const head = (await sh('git', ['rev-parse', '--short', 'HEAD'], root)).stdout.trim()
+  const dirty = (await sh('git', ['status', '--porcelain', '--untracked-files=no'], root)).stdout.trim()
+  if (dirty) console.warn(`consumer test: packing the committed HEAD (${head}); uncommitted changes are not in the tarball:\n${dirty}`)
+  const cloned = await sh('git', ['clone', '--quiet', root, clone], root)
+  if (cloned.status !== 0) throw new Error(`git clone failed: ${cloned.stderr}`)
+  mkdirSync(dirname(join(clone, prebuildPath)), { recursive: true })
+  copyFileSync(prebuild, join(clone, prebuildPath))
+  const env = { ...process.env }
+  delete env.NODE_IBVERBS_ADDON
+  for (const key of Object.keys(env)) if (key.startsWith('npm_')) delete env[key] // not the outer npm run's settings
+  const started = Date.now()
+  const ci = await sh(process.execPath, [npmCli, 'ci', '--prefer-offline', '--no-audit', '--no-fund'], clone, env)
+  if (ci.status !== 0) throw new Error(`npm ci in the clone failed: ${ci.stdout}\n${ci.stderr}`)
+  const packed = await sh(process.execPath, [npmCli, 'pack', '--json', '--pack-destination', packDir], clone, env)
+  if (packed.status !== 0) throw new Error(`npm pack in the clone failed: ${packed.stdout}\n${packed.stderr}`)
+  console.log(`fresh clone of ${head}: npm ci + npm pack took ${((Date.now() - started) / 1000).toFixed(1)} s`)
+  pack = parsePackJson(packed.stdout)[0]
+  clonePkg = JSON.parse(readFileSync(join(clone, 'package.json'), 'utf8'))
 
   mkdirSync(consumer, { recursive: true })
   writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }, null, 2))
@@ -65,9 +93,26 @@ beforeAll(async () => {
   const typesNode = JSON.parse(readFileSync(join(root, 'node_modules', '@types', 'node', 'package.json'), 'utf8')).version
   install = await sh(join(toolless, 'npm'), ['install', '--ignore-scripts', '--no-audit', '--no-fund', '--prefer-offline',
     join(packDir, pack.filename), `@types/node@${typesNode}`], consumer, { ...process.env, PATH: toolless })
-}, 300_000)
+}, 600_000)
+
+afterAll(() => rmSync(clone, { recursive: true, force: true }))
 
 describe('the packed tarball', () => {
+  it('holds every file package.json names: main, types, exports, bin', () => {
+    expect(missingEntries(clonePkg, pack.files.map((f) => f.path))).toEqual([])
+  })
+
+  it('the entry check finds a missing main, types, exports target (conditions, patterns) and bin', () => {
+    const pkg = {
+      main: './lib/a.js', types: 'lib/a.d.ts', bin: './bin/x.js',
+      exports: { '.': { types: './lib/a.d.ts', default: './lib/a.js' }, './sub/*': './lib/sub/*.js', './gone': null },
+    }
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/a.d.ts', 'bin/x.js', 'lib/sub/one.js'])).toEqual([])
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/sub/one.js'])).toEqual(['bin/x.js', 'lib/a.d.ts'])
+    expect(missingEntries(pkg, ['lib/a.js', 'lib/a.d.ts', 'bin/x.js', 'lib/sub/.js'])).toEqual(['lib/sub/*.js'])
+    expect(missingEntries({ bin: { a: './a.js', b: 'b.js' } }, ['a.js'])).toEqual(['b.js'])
+  })
+
   it('holds the runtime, the prebuild, the sources for a rebuild, docs and LICENSE; no maps or dev scripts', () => {
     const files = pack.files.map((f) => f.path)
     for (const file of ['package.json', 'LICENSE', 'README.md', 'docs/api.md', 'dist/index.js', 'dist/index.d.ts',
