@@ -27,8 +27,9 @@ class Resource : public std::enable_shared_from_this<Resource> {
 
   bool closed() const { return closed_; }
 
-  // Closes the children, newest first (the reverse of creation, as
-  // lib/resource.ts does), then this handle. Transactional: at the first
+  // Closes the children, newest first (the reverse of creation) and memory
+  // regions after their siblings (queue pairs may still name them in work
+  // requests), as lib/core/resource.ts does; then this handle. Transactional: at the first
   // child or handle that fails to close it stops, and that child and every
   // resource above it stay open (and usable); the error says which object
   // refused and why. Returns 0 or the errno of the refusal. Idempotent.
@@ -37,8 +38,11 @@ class Resource : public std::enable_shared_from_this<Resource> {
     if (closed_) return 0;
     // A snapshot: a child that closes removes itself from children_.
     std::vector<std::shared_ptr<Resource>> live;
-    for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
-      if (auto child = it->lock()) live.push_back(std::move(child));
+    for (int last = 0; last < 2; last++) {
+      for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+        auto child = it->lock();
+        if (child && child->close_last() == (last == 1)) live.push_back(std::move(child));
+      }
     }
     for (auto& child : live) {
       int err = child->Close();
@@ -64,6 +68,8 @@ class Resource : public std::enable_shared_from_this<Resource> {
   const Resource* failed() const { return failed_; }
   // What the resource is and the call that destroys its handle, for errors.
   virtual const char* kind() const = 0;
+  // Closed after its siblings (memory regions).
+  virtual bool close_last() const { return false; }
   virtual const char* destroy_call() const = 0;
 
   void AdoptParent(const std::shared_ptr<Resource>& parent) {

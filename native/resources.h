@@ -54,6 +54,7 @@ struct BufferMemory {
 struct MrResource : Resource {
   const char* kind() const override { return "MemoryRegion"; }
   const char* destroy_call() const override { return "ibv_dereg_mr"; }
+  bool close_last() const override { return true; }
   ibv_mr* mr = nullptr;
   std::shared_ptr<BufferMemory> native_memory;  // or:
   Napi::Reference<Napi::ArrayBuffer> js_memory;  // keeps a JS buffer alive while registered

@@ -23,8 +23,18 @@ const dist = opt('--dist', undefined)
 const tag = opt('--tag', undefined)
 const lib = (file) => dist ? pathToFileURL(resolve(dist, file)).href : `../../dist/${file}`
 const { openDevice } = await import(lib('index.js'))
-const { WorkRequestEncoder } = await import(lib('work-request-encoding.js'))
-const { WrOpcode, SendFlags } = await import(lib('constants.js'))
+/** The first of `files` the build has: a variant may predate lib/'s folders (2026-12-03). */
+async function libModule(...files) {
+  for (const file of files) {
+    try {
+      return await import(lib(file))
+    } catch (error) {
+      if (error.code !== 'ERR_MODULE_NOT_FOUND' || file === files.at(-1)) throw error
+    }
+  }
+}
+const { WorkRequestEncoder } = await libModule('ops/encoder.js', 'work-request-encoding.js')
+const { WrOpcode, SendFlags } = await libModule('core/constants.js', 'constants.js')
 
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 const busy = await connectedPair(device, 'busy')

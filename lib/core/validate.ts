@@ -26,6 +26,12 @@ export function tooLarge(message: string): CodedError {
 /** The default options object: hot paths compare against it to skip option parsing (one object, shared by every module). */
 export const NO_OPTIONS: Readonly<Record<string, never>> = Object.freeze({})
 
+/** A slice's `offset` and `length` inside `total` bytes (ERR_INVALID_ARG_TYPE / ERR_OUT_OF_RANGE otherwise). */
+export function sliceBounds(offset: unknown, length: unknown, total: number): void {
+  integer(offset, 'offset', 0, total)
+  integer(length, 'length', 0, total - (offset as number))
+}
+
 export function integer(value: unknown, name: string, min: number, max: number): number {
   if (typeof value !== 'number') throw typeError('an integer', name, value)
   if (!Number.isInteger(value) || value < min || value > max) throw rangeError(`an integer from ${min} to ${max}`, name, value)

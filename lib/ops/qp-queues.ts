@@ -4,7 +4,7 @@
 // and their flush (with the blame of a partial post), and the single-request
 // path. The QP (verbs/queue-pair.ts) checks arguments and builds requests;
 // this posts them and settles their bookkeeping.
-import { SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeCompletionQueue, type NativeQueuePair, type PostFunction, type PostOneFunction } from '../native/addon.js'
+import { SEND_POSTER_ONE, SEND_POSTER_ONE_POLL, type NativeCompletionQueue, type NativeQueuePair, type PostOneFunction } from '../native/addon.js'
 import { closedError, fromNative, RdmaError } from '../core/errors.js'
 import type { QpStateName } from '../core/constants.js'
 import { SendFlags } from '../core/constants.js'
@@ -19,6 +19,7 @@ import { PROMISE_WR_ID_BASE, QP_WR_ID_BASE, TAGGED_WR_ID_BASE, WrIdAllocator } f
 import { PromiseOps, type AtomicSlots, type AtomicTarget } from './promise-ops.js'
 import { TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 import type { CompletionDispatch, CompletionOwner } from './dispatch.js'
+import { GatheredSends } from './send-flush.js'
 
 /** A CQ as the queues use it: credits and waiting requests (the ledger), its native handle, and polling right after a post. */
 export interface PostingCq extends LedgerCq {
@@ -40,23 +41,6 @@ export interface QueuesOwner {
   orphaned(entry: CompletionEntry): void
 }
 
-/** Sends gathered during one turn of the event loop, posted together. */
-class SendBatch {
-  readonly encoder = new WorkRequestEncoder()
-  /**
-   * The requests encoded, in order, in pendings[0, count); each knows where
-   * its words start (Pending.wordStart). Emptied by count (and the slots
-   * cleared), never by `length = 0`: that frees the array's storage, which
-   * the next push allocates again (~0.5k instructions per operation, in
-   * the runtime's length setter and the array's regrowth).
-   */
-  readonly pendings: Array<Pending | undefined> = []
-  count = 0
-  wrs = 0
-  /** The native post function bound to `bound` (the encoder's buffer, replaced when it grows). */
-  post: PostFunction | undefined
-  bound: Uint32Array | undefined
-}
 
 /** Runs `fn` at the end of the current microtask checkpoint (cheaper than queueMicrotask, which wraps each call in an AsyncResource). */
 const RESOLVED = Promise.resolve()
@@ -91,9 +75,8 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   readonly #wrIds = new WrIdAllocator(QP_WR_ID_BASE)
   /** Receives and custom posts are encoded here (used and emptied within one call). */
   readonly #encoder = new WorkRequestEncoder()
-  #sendBatch = new SendBatch()
-  #spareBatch = new SendBatch()
-  #flushScheduled = false
+  /** The sends gathered in this turn, and their flush (send-flush.ts). */
+  readonly #sends: GatheredSends
   readonly #closeTurn = (): void => { this.turnOpen = false }
   // The single-request buffer of the ring requests (tagged, and the promises'
   // fast path): one request at word 0, posted by itself, with the native
@@ -119,7 +102,12 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
     this.send = new QueueLedger(sendCq)
     this.recv = new QueueLedger(recvCq)
     this.promised = new PromiseOps<Atomic>(this, atomicSlots, caps.maxSendWr)
+    this.#sends = new GatheredSends(handle, sendCq, this)
   }
+
+  /** FlushHost: whether the QP is open, and its failure (requests after a refusal that failed it cannot be posted). */
+  get open(): boolean { return this.#open }
+  get failure(): RdmaError | undefined { return this.#failure }
 
   /** Requests in flight. */
   get outstanding(): number { return this.pendings.size + this.promised.inFlight + (this.tagged?.inFlight ?? 0) }
@@ -152,7 +140,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   postTagged(tagged: TaggedOps, verbIndex: number, local: LocalBytes & { region: HeldRegion }, remote: RemoteBytes, tag: number,
     compareAdd: bigint, compareAddSmall: number, swap: bigint, swapSmall: number): void {
     if (!this.takeSendSlotNow()) throw this.#cannotPostNow(TAGGED_VERBS[verbIndex]!)
-    if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
+    if (this.#sends.count !== 0) this.#sends.flush() // the send queue keeps call order
     const wrId = tagged.add(local.region, tag, verbIndex)
     const refused = this.#postOne(wrId, verbIndex, local, remote, compareAdd, compareAddSmall, swap, swapSmall)
     if (refused !== undefined) {
@@ -171,7 +159,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
    */
   postNow(wrId: number, verbIndex: number, local: LocalBytes, remote: RemoteBytes,
     compareAdd: bigint, compareAddSmall: number, swap: bigint, swapSmall: number): void {
-    if (this.#sendBatch.count !== 0) this.#flushSends() // the send queue keeps call order
+    if (this.#sends.count !== 0) this.#sends.flush() // the send queue keeps call order
     this.turnOpen = true
     void RESOLVED.then(this.#closeTurn)
     const refused = this.#postOne(wrId, verbIndex, local, remote, compareAdd, compareAddSmall, swap, swapSmall)
@@ -280,7 +268,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   // --- the general path -----------------------------------------------------
 
   /** Where a send gathered in this turn is encoded (its Pending's wordStart is where it starts): then gather() it. */
-  get batchEncoder(): WorkRequestEncoder { return this.#sendBatch.encoder }
+  get batchEncoder(): WorkRequestEncoder { return this.#sends.encoder }
 
   /**
    * A Pending send of one work request (its slot and credit taken with
@@ -288,7 +276,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
    * first of its turn, else with the turn's other sends.
    */
   gather(pending: Pending): void {
-    this.#queueSend(this.#sendBatch, pending, 1, NO_OPTIONS)
+    this.#queueSend(pending, 1, NO_OPTIONS)
   }
 
   /** The next wr_id of a Pending request (one work request). */
@@ -391,28 +379,29 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
     if (queue === 'send' && !custom) {
       // Sends made in the same turn of the event loop are posted together, with
       // one native call (one doorbell).
-      const batch = this.#sendBatch
-      const wordStart = batch.encoder.used
+      const sends = this.#sends
+      const encoder = sends.encoder
+      const wordStart = encoder.used
       try {
         if (typeof encode === 'function') {
-          encode(first, batch.encoder)
+          encode(first, encoder)
         } else {
           encode.wrId = first
-          batch.encoder.addSend(encode)
+          encoder.addSend(encode)
         }
       } catch (error) {
-        batch.encoder.truncate(wordStart, batch.wrs)
+        sends.truncate(wordStart)
         this.#unreserve(queue, count)
         return reject(error as Error)
       }
       pending.wordStart = wordStart
-      return this.#queueSend(batch, pending, count, wait)
+      return this.#queueSend(pending, count, wait)
     }
     // Receives, and sends that post themselves (memory-window binds).
     const slots = queue === 'send' ? this.sendSlots : this.recvSlots
     let encoded = false
     try {
-      if (custom) this.#flushSends() // keep the send queue's order
+      if (custom) this.#sends.flush() // keep the send queue's order
       const encoder = this.#encoder
       encoder.reset()
       pending.track(wait)
@@ -426,7 +415,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
       if (!custom) this.#handle.postRecv(encoder.buffer, encoder.count)
     } catch (cause) {
       const error = encoded || custom ? fromNative(cause) : (cause as Error)
-      this.#refused(pending, count, error, slots)
+      this.refused(pending, count, error, slots)
       return
     }
     // Posted: settle it now if the device already completed it.
@@ -434,10 +423,10 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   }
 
   /** Tracks an encoded send and posts it now (the first of a turn, or inline data) or with the rest of the turn. */
-  #queueSend(batch: SendBatch, pending: Pending, count: number, wait: WaitOptions): void {
+  #queueSend(pending: Pending, count: number, wait: WaitOptions): void {
     pending.track(wait)
-    batch.pendings[batch.count++] = pending
-    batch.wrs += count
+    const sends = this.#sends
+    sends.add(pending, count)
     // The first send of a turn is posted at once, so a caller sees it on the
     // wire when the call returns (and may spin on memory for the answer);
     // so is inline data (the caller may reuse its buffer). Sends that follow
@@ -445,80 +434,17 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
     if (!this.turnOpen) {
       this.turnOpen = true
       void RESOLVED.then(this.#closeTurn)
-      return this.#flushSends()
+      return sends.flush()
     }
-    if (batch.encoder.hasInline) return this.#flushSends()
-    if (!this.#flushScheduled) {
-      this.#flushScheduled = true
-      void RESOLVED.then(this.#flushSends)
-    }
+    if (sends.encoder.hasInline) return sends.flush()
+    sends.flushLater()
   }
 
-  /** Posts `count` work requests of the batch from `wordStart` with one native call; with `poll`, polls the send CQ right after. */
-  #postFrom(batch: SendBatch, wordStart: number, count: number, poll: number): number {
-    const words = batch.encoder.buffer
-    if (batch.bound !== words) { // first use, or the encoder grew: bind the (new) buffer once
-      batch.post = this.#handle.sendPoster(words, this.#sendCq.handle)
-      batch.bound = words
-    }
-    return batch.post!(wordStart, count, poll)
-  }
 
-  /** Posts the sends gathered this turn; a request the provider refuses fails alone. */
-  readonly #flushSends = (): void => {
-    this.#flushScheduled = false
-    const batch = this.#sendBatch
-    const entries = batch.pendings as Pending[] // [0, count) are set
-    const length = batch.count
-    if (length === 0) return
-    // Swap buffers: sends made while this one is posted (e.g. by requests that
-    // were waiting for the slots a refused request frees) go to the other.
-    this.#sendBatch = this.#spareBatch
-    this.#spareBatch = batch
-    const total = batch.wrs
-    const cq = this.#sendCq
-    let polled = -1 // completions the post polled; -1: poll separately
-    try {
-      if (!this.#open) return // closing rejected them already
-      const poll = cq.mayPollInline() ? 1 : 0
-      let index = 0
-      let wrsBefore = 0
-      while (index < length) {
-        try {
-          const n = this.#postFrom(batch, entries[index]!.wordStart, total - wrsBefore, index === 0 ? poll : 0)
-          if (index === 0 && poll) polled = n
-          break
-        } catch (cause) {
-          const error = fromNative(cause) as RdmaError
-          let posted = error.posted ?? 0
-          while (posted >= entries[index]!.slots) { // these reached the queue
-            posted -= entries[index]!.slots
-            wrsBefore += entries[index]!.slots
-            index++
-          }
-          const bad = entries[index]!
-          const badCount = bad.slots
-          this.#refused(bad, badCount, error, this.sendSlots, posted)
-          wrsBefore += badCount
-          index++
-          if (this.#failure) { // the QP failed: the rest cannot be posted
-            for (const rest of entries.slice(index, length)) this.#refused(rest, rest.slots, this.stateError(rest.verb), this.sendSlots, 0)
-            break
-          }
-        }
-      }
-    } finally {
-      for (let i = 0; i < length; i++) batch.pendings[i] = undefined // the batch does not keep them alive
-      batch.count = 0
-      batch.wrs = 0
-      batch.encoder.reset()
-    }
-    if (polled >= 0) cq.polledAfterPost(polled)
-    else cq.pollAfterPost()
-  }
 
-  /** A request the provider refused: `posted` of its work requests reached the queue. */
-  #refused(pending: Pending, count: number, error: Error, slots: WorkQueueSlots, posted = (error as RdmaError).posted ?? 0): void {
+
+  /** FlushHost: a request the provider refused: `posted` of its work requests reached the queue. */
+  refused(pending: Pending, count: number, error: Error, slots: WorkQueueSlots, posted = (error as RdmaError).posted ?? 0): void {
     if (posted === 0) {
       pending.untrack()
     } else {

@@ -5,7 +5,7 @@ import { native, type NativeBufferHandle, type NativeMemoryRegion } from '../nat
 import { call, closedError, RdmaError } from '../core/errors.js'
 import { explainRegistrationFailure } from '../core/memlock.js'
 import { Resource } from '../core/resource.js'
-import { integer, object, rangeError, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
+import { integer, rangeError, sliceBounds, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { readU64LE } from '../core/u64.js'
 import { HOLD, RELEASE } from '../ops/held-region.js'
 import type { ProtectionDomain } from './protection-domain.js'
@@ -256,7 +256,6 @@ function isDetached(buffer: ArrayBufferLike): boolean {
   }
 }
 
-
 /** A bounds-checked part of a local memory region. */
 export class LocalSlice {
   readonly region: MemoryRegion
@@ -270,8 +269,7 @@ export class LocalSlice {
    */
   constructor(region: MemoryRegion, offset: number, length: number) {
     if (!(region instanceof MemoryRegion)) throw typeError('a MemoryRegion', 'region', region)
-    integer(offset, 'offset', 0, region.length)
-    integer(length, 'length', 0, region.length - offset)
+    sliceBounds(offset, length, region.length)
     this.region = region
     this.offset = offset
     this.length = length

@@ -16,6 +16,19 @@ import type { Device } from './device.js'
 const SLOT = 8
 const SLOTS_PER_PAGE = 512
 
+/** 8-byte slots of library-owned memory where atomics' old values land: take one, give it back once the device is done. */
+export interface AtomicSlotPool {
+  take(): LocalSlice
+  give(slice: LocalSlice): void
+}
+
+let slotsOf: (pd: ProtectionDomain) => AtomicSlotPool
+
+/** The atomic slots of `pd` (for its queue pairs: this module's function is not on the package entry, so user code cannot take or give slots). */
+export function atomicSlotsOf(pd: ProtectionDomain): AtomicSlotPool {
+  return slotsOf(pd)
+}
+
 export class ProtectionDomain extends Resource {
   protected readonly kind = 'ProtectionDomain'
   /** @internal */ readonly handle: NativeProtectionDomain
@@ -78,19 +91,19 @@ export class ProtectionDomain extends Resource {
     return new MemoryWindow(this, type as 1 | 2)
   }
 
-  /** @internal An 8-byte slot of library-owned memory; give it back with returnAtomicSlot(). */
-  takeAtomicSlot(): LocalSlice {
-    if (this.#freeSlots.length === 0) {
-      // The free slots (and the requests using the others) keep the region alive.
-      const region = this.allocRegion(SLOT * SLOTS_PER_PAGE, Access.LocalWrite)
-      for (let i = 0; i < SLOTS_PER_PAGE; i++) this.#freeSlots.push(region.slice(i * SLOT, SLOT))
-    }
-    return this.#freeSlots.pop()!
-  }
-
-  /** @internal */
-  returnAtomicSlot(slice: LocalSlice): void {
-    this.#freeSlots.push(slice)
+  static {
+    // The PD's library-owned atomic result slots, for its QPs only (atomicSlotsOf(); not on the package entry).
+    slotsOf = (pd) => ({
+      take: () => {
+        if (pd.#freeSlots.length === 0) {
+          // The free slots (and the requests using the others) keep the region alive.
+          const region = pd.allocRegion(SLOT * SLOTS_PER_PAGE, Access.LocalWrite)
+          for (let i = 0; i < SLOTS_PER_PAGE; i++) pd.#freeSlots.push(region.slice(i * SLOT, SLOT))
+        }
+        return pd.#freeSlots.pop()!
+      },
+      give: (slice) => { pd.#freeSlots.push(slice) },
+    })
   }
 
   protected override afterClose(): void {

@@ -33,13 +33,13 @@ export function atomic(qp: QpContext, verb: string, opcode: number, remote: Remo
         local.region.assertUsable()
         if (local.region.pd !== qp.pd) throw wrongPd('options.local')
       } else {
-        local = qp.pd.takeAtomicSlot()
+        local = qp.atomicSlots.take()
         owned = true
       }
-      const pd = qp.pd
+      const slots = qp.atomicSlots
       let wrId = 0 // set once the request has its wr_id (it may be posted)
       const giveBack = (): void => { // at most once: a slot in the free list twice would be shared
-        if (owned) pd.returnAtomicSlot(local)
+        if (owned) slots.give(local)
         owned = false
       }
       const done = (): void => { // the entry is not kept: the value is read from the slot

@@ -3,7 +3,7 @@
 import { RdmaError } from '../core/errors.js'
 import { SendFlags, WrOpcode } from '../core/constants.js'
 import { instance, integer, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
-import { MemoryWindow } from './memory-window.js'
+import { MemoryWindow, windowState } from './memory-window.js'
 import { LocalSlice } from './memory.js'
 import type { QpContext } from './work-requests.js'
 
@@ -20,15 +20,15 @@ export function bindWindow(qp: QpContext, window: MemoryWindow, slice: LocalSlic
       integer(access, 'access', 0, 0xffffffff)
       const wait = waitOptions(options)
       if (qp.type === 'UD') throw new RdmaError('bindWindow needs a connected QP (RC or UC)', { code: 'ERR_QP_TYPE' })
-      if (window.binding) throw new RdmaError('A bind of this memory window is in flight: wait for it before binding again', { code: 'ERR_BUSY' })
+      if (windowState(window).binding) throw new RdmaError('A bind of this memory window is in flight: wait for it before binding again', { code: 'ERR_BUSY' })
       // The device takes the new rkey only if the bind completes: until then
       // the window keeps the rkey it had (type 1 binds change it at post).
       const before = window.handle.rkey
-      window.binding = true
+      windowState(window).binding = true
       try {
         bindSubmit(qp, window, before, slice, access, wait, resolve, reject)
       } catch (error) {
-        window.binding = false
+        windowState(window).binding = false
         throw error
       }
     } catch (error) {
@@ -43,15 +43,15 @@ export function bindSubmit(qp: QpContext, window: MemoryWindow, before: number, 
   let rkey = 0
   qp.queues.submit('send', 'bindWindow', 1, [slice.region], wait, resolve,
     (error) => {
-      window.binding = false
+      windowState(window).binding = false
       if (!window.closed) window.handle.setRkey(before)
       reject(error)
     },
     () => {
-      window.binding = false
+      windowState(window).binding = false
       if (!window.closed) window.handle.setRkey(rkey)
-      window.boundRkey = rkey
-      window.bound = true
+      windowState(window).boundRkey = rkey
+      windowState(window).bound = true
       return { version: 1 as const, addr: '0x' + slice.address.toString(16), rkey, length: slice.length }
     },
     (first) => {
@@ -79,17 +79,17 @@ export function windowToInvalidate(qp: QpContext, rkey: number): MemoryWindow | 
   if (window.type !== 2) return undefined // the device refuses it with a completion error
   // While a bind is in flight the library cannot know what the device will hold: a LOCAL_INV
   // then could unbind a window it still counts as bound, and the next one would crash the kernel.
-  if (window.binding) {
+  if (windowState(window).binding) {
     throw new RdmaError(`Cannot invalidate rkey ${rkey}: a bind of its memory window is in flight; wait for it first`, {
       code: 'ERR_BUSY', verb: 'invalidate', qpn: qp.qpn,
     })
   }
-  if (!window.bound) {
+  if (!windowState(window).bound) {
     throw new RdmaError(`Cannot invalidate rkey ${rkey}: its memory window is not bound (never bound, or already invalidated)`, {
       code: 'ERR_WINDOW_NOT_BOUND', verb: 'invalidate', qpn: qp.qpn,
     })
   }
-  window.bound = false
+  windowState(window).bound = false
   return window
 }
 
@@ -102,7 +102,7 @@ export function invalidate(qp: QpContext, rkey: number, options: WaitOptions = {
       const wait = waitOptions(options)
       const window = windowToInvalidate(qp, rkey)
       qp.queues.submit('send', 'invalidate', 1, [], wait, () => resolve(), (error) => {
-        if (window !== undefined && !window.closed) window.bound = true // refused: the window keeps its bind
+        if (window !== undefined && !window.closed) windowState(window).bound = true // refused: the window keeps its bind
         reject(error)
       }, () => undefined, (first, enc) => {
         enc.addSend({ wrId: first, opcode: WrOpcode.LocalInv, flags: SendFlags.Signaled, sges: [], immOrRkey: rkey })

@@ -11,11 +11,11 @@ import { WorkRequestEncoder } from '../ops/encoder.js'
 import { MAX_SGE_BYTES, splitWr } from '../ops/split.js'
 import { QueueLedger } from '../ops/queue-ledger.js'
 import { QpQueues, type QueuesOwner } from '../ops/qp-queues.js'
-import { TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_WRITE, type CompletionHandler } from '../ops/tagged-ops.js'
+import { TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_WRITE, type CompletionHandler, type TaggedOps } from '../ops/tagged-ops.js'
 import { CompletionQueue, CQ_DISPATCH } from './completion-queue.js'
-import type { ProtectionDomain } from './protection-domain.js'
+import { atomicSlotsOf, type AtomicSlotPool, type ProtectionDomain } from './protection-domain.js'
 import { SharedReceiveQueue } from './shared-receive-queue.js'
-import { MemoryWindow } from './memory-window.js'
+import { MemoryWindow, windowRevoked } from './memory-window.js'
 import { LocalSlice, readAtomicValue, type MemoryRegion } from './memory.js'
 import { RemoteSlice } from './remote.js'
 import { wrongPd } from './local-sges.js'
@@ -62,6 +62,8 @@ export class QueuePair extends Resource {
   readonly #queues: QpQueues<LocalSlice>
   /** What building requests needs of this QP (work-requests.ts, qp-windows.ts). */
   readonly #context: QpContext
+  /** The PD's library-owned atomic result slots. */
+  readonly #atomicSlots: AtomicSlotPool
   #draining = false // close() is delivering the completions already queued
 
   /** What posting receives needs of this QP (qp-receives.ts). */
@@ -105,20 +107,22 @@ export class QueuePair extends Resource {
       moveToError: () => { try { this.#modify('ERR', {}) } catch { /* the QP is failed either way */ } },
       orphaned: () => { this.#orphaned++ },
     }
+    const atomicSlots = atomicSlotsOf(pd)
+    this.#atomicSlots = atomicSlots
     const queues = new QpQueues<LocalSlice>(owner, this.handle, this.caps, this.sendCq, this.sendCq[CQ_DISPATCH], this.recvCq, this.srq,
-      { returnAtomicSlot: (slot) => pd.returnAtomicSlot(slot), readAtomicValue })
+      { returnAtomicSlot: (slot) => atomicSlots.give(slot), readAtomicValue })
     this.#queues = queues
     // eslint-disable-next-line @typescript-eslint/no-this-alias
     const qp = this
     this.#context = {
-      pd, type: this.type, qpn: this.qpn, caps: this.caps, handle: this.handle, queues,
+      pd, type: this.type, qpn: this.qpn, caps: this.caps, handle: this.handle, queues, atomicSlots,
       get maxMessage() { return qp.#maxMessage },
       overMaxMessage: (length) => this.#overMaxMessage(length),
       assertOpen: () => this.assertOpen(),
     }
     this.#receiving = {
       pd, srq: this.srq, maxRecvSge: this.caps.maxRecvSge, queues,
-      toCompletion: (entry) => receiveCompletion(entry, pd.device),
+      toCompletion: (entry) => receiveCompletion(entry, (rkey) => windowRevoked(pd.device, rkey)),
       postRecv: (words, count) => this.handle.postRecv(words, count),
     }
     this.sendCq.addOwner(this.qpn, queues)
@@ -308,11 +312,8 @@ export class QueuePair extends Resource {
     this.#postTaggedAtomic(TAGGED_CMP_SWAP, local, remote, tag, compare, swap)
   }
 
-  // A tagged WRITE or READ, and a tagged atomic: two functions, so that V8
-  // optimizes each with its own inlining budget (one function for both left
-  // the atomic's helpers as calls once both kinds had run: ~0.4k
-  // instructions per fetch-and-add).
-  #postTagged(verbIndex: number, local: LocalSlice, remote: RemoteSlice, tag: number): void {
+  /** The checks every tagged post starts with (a handler set, the slices' types, the tag, the region usable and of this PD): the ring. */
+  #taggedRing(verbIndex: number, local: LocalSlice, remote: RemoteSlice, tag: number): TaggedOps {
     const tagged = this.#queues.tagged
     if (tagged === undefined || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) || !isU32(tag)) {
       throw taggedArgumentError(this.#context, verbIndex, local, remote, tag)
@@ -320,6 +321,15 @@ export class QueuePair extends Resource {
     const region = local.region
     region.assertUsable()
     if (region.pd !== this.pd) throw wrongPd('local')
+    return tagged
+  }
+
+  // A tagged WRITE or READ, and a tagged atomic: two functions, so that V8
+  // optimizes each with its own inlining budget (one function for both left
+  // the atomic's helpers as calls once both kinds had run: ~0.4k
+  // instructions per fetch-and-add).
+  #postTagged(verbIndex: number, local: LocalSlice, remote: RemoteSlice, tag: number): void {
+    const tagged = this.#taggedRing(verbIndex, local, remote, tag)
     const length = local.length
     if (remote.length !== length || (verbIndex === TAGGED_WRITE ? this.type === 'UD' : this.type !== 'RC') ||
       (length > this.#maxMessage && this.#overMaxMessage(length))) {
@@ -329,13 +339,7 @@ export class QueuePair extends Resource {
   }
 
   #postTaggedAtomic(verbIndex: number, local: LocalSlice, remote: RemoteSlice, tag: number, first: bigint, second: bigint): void {
-    const tagged = this.#queues.tagged
-    if (tagged === undefined || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) || !isU32(tag)) {
-      throw taggedArgumentError(this.#context, verbIndex, local, remote, tag)
-    }
-    const region = local.region
-    region.assertUsable()
-    if (region.pd !== this.pd) throw wrongPd('local')
+    const tagged = this.#taggedRing(verbIndex, local, remote, tag)
     if (local.length !== 8 || remote.length !== 8) throw taggedArgumentError(this.#context, verbIndex, local, remote, tag)
     // smallU64(): the operand below 2^32 as a number, else -1
     const compareAddSmall = smallU64(first, verbIndex === TAGGED_FETCH_ADD ? 'add' : 'compare')
@@ -409,12 +413,12 @@ export class QueuePair extends Resource {
     }
     let local: LocalSlice
     try {
-      local = this.pd.takeAtomicSlot() // may register a page of slots: a failure is the general path's to report
+      local = this.#atomicSlots.take() // may register a page of slots: a failure is the general path's to report
     } catch {
       return undefined
     }
     if (!this.#queues.takeSendSlotNow()) {
-      this.pd.returnAtomicSlot(local)
+      this.#atomicSlots.give(local)
       return undefined
     }
     const promise = this.#queues.promised.addAtomic(local, true, verbIndex)

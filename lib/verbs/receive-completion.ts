@@ -1,7 +1,6 @@
 // A receive's completion as users see it.
 import { WcFlags, wcOpcodeNames } from '../core/constants.js'
 import type { CompletionEntry } from '../ops/pending.js'
-import type { Device } from './device.js'
 
 /** A completed receive. */
 export interface ReceiveCompletion {
@@ -18,8 +17,8 @@ export interface ReceiveCompletion {
   wrId: number
 }
 
-/** A receive completion as users see it; a SEND_WITH_INV it reports revoked the named window of `device`. */
-export function receiveCompletion(entry: CompletionEntry, device: Device): ReceiveCompletion {
+/** A receive completion as users see it; for a SEND_WITH_INV, `invalidated(rkey)` is told the rkey the sender revoked here. */
+export function receiveCompletion(entry: CompletionEntry, invalidated: (rkey: number) => void): ReceiveCompletion {
   const result: ReceiveCompletion = {
     byteLength: entry.byteLength,
     opcode: wcOpcodeNames[entry.opcode] ?? String(entry.opcode),
@@ -33,8 +32,7 @@ export function receiveCompletion(entry: CompletionEntry, device: Device): Recei
   if (entry.wcFlags & WcFlags.WithImm) result.immediate = entry.immOrRkey
   if (entry.wcFlags & WcFlags.WithInv) {
     result.invalidatedRkey = entry.immOrRkey
-    const window = device.windowWithRkey(entry.immOrRkey)
-    if (window !== undefined) window.bound = false // the sender invalidated it here
+    invalidated(entry.immOrRkey)
   }
   return result
 }

@@ -1,7 +1,7 @@
 // Memory on a peer: a region known from its descriptor, and bounds-checked
 // slices of it. The peer's NIC enforces the rkey; these checks keep what this
 // API posts inside what the peer described.
-import { integer, object, rangeError, typeError, uint64 } from '../core/validate.js'
+import { integer, object, rangeError, sliceBounds, typeError, uint64 } from '../core/validate.js'
 
 const TWO_32 = 4294967296
 const TWO_64 = 1n << 64n
@@ -51,8 +51,7 @@ export class RemoteSlice {
   /** Checked: `region` a RemoteRegion, [offset, offset + length) inside it (ERR_OUT_OF_RANGE otherwise). */
   constructor(region: RemoteRegion, offset: number, length: number) {
     if (!(region instanceof RemoteRegion)) throw typeError('a RemoteRegion', 'region', region)
-    integer(offset, 'offset', 0, region.length)
-    integer(length, 'length', 0, region.length - offset)
+    sliceBounds(offset, length, region.length)
     this.region = region
     this.offset = offset
     this.length = length

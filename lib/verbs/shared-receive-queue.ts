@@ -13,6 +13,7 @@ import type { LocalSlice } from './memory.js'
 import type { CompletionQueue } from './completion-queue.js'
 import { localSges } from './local-sges.js'
 import { receiveCompletion, type ReceiveCompletion } from './receive-completion.js'
+import { windowRevoked } from './memory-window.js'
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
@@ -34,6 +35,7 @@ export class SharedReceiveQueue extends Resource {
   /** @internal PendingOwner */
   readonly pendings: PendingTable
   readonly #wrIds = new WrIdAllocator(SRQ_WR_ID_BASE)
+  readonly #revoked = (rkey: number): void => windowRevoked(this.pd.device, rkey)
   /** Encodes receives (used and emptied within one call). */
   readonly #encoder = new WorkRequestEncoder()
 
@@ -98,7 +100,7 @@ export class SharedReceiveQueue extends Resource {
         const wait = waitOptions(options)
         const { sges, regions } = localSges(local, 'local', this.maxSge, this.pd)
         const first = this.#wrIds.take(1)
-        const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry, this.pd.device)), reject)
+        const pending = new Pending(this, this, 'recv', 'recv', first, first, regions, (entry) => resolve(receiveCompletion(entry, this.#revoked)), reject)
         const encoder = this.#encoder
         encoder.reset()
         encoder.addRecv(first, sges)
@@ -130,7 +132,7 @@ export class SharedReceiveQueue extends Resource {
     const buffers = locals.map((local, i) => localSges(local, `locals[${i}]`, this.maxSge, this.pd))
     if (buffers.length === 0) return []
     const receives = new ReceiveBatch<ReceiveCompletion>(buffers)
-    receives.post(this, this, this.#wrIds, this.#encoder, wait, (entry) => receiveCompletion(entry, this.pd.device), (words, count) => this.handle.postRecv(words, count),
+    receives.post(this, this, this.#wrIds, this.#encoder, wait, (entry) => receiveCompletion(entry, this.#revoked), (words, count) => this.handle.postRecv(words, count),
       (pending) => this.#outstanding.add(pending))
     return receives.promises
   }

@@ -12,7 +12,7 @@ import { AddressHandle } from './address-handle.js'
 import { LocalSlice, type MemoryRegion } from './memory.js'
 import { RemoteSlice } from './remote.js'
 import { localSges, wrongPd } from './local-sges.js'
-import type { ProtectionDomain } from './protection-domain.js'
+import type { AtomicSlotPool, ProtectionDomain } from './protection-domain.js'
 import type { NativeQueuePair } from '../native/addon.js'
 
 /** What building a QP's requests needs of it (a context the QP makes once: not methods a user could call). */
@@ -22,6 +22,8 @@ export interface QpContext {
   readonly qpn: number
   readonly caps: { maxSendSge: number; maxInlineData: number }
   readonly handle: NativeQueuePair
+  /** The PD's library-owned atomic result slots. */
+  readonly atomicSlots: AtomicSlotPool
   /** @internal (its type names regions' module-private members) */
   readonly queues: QpQueues<LocalSlice>
   /** Bytes one work request may move (the port's max message size); 0 until first asked. */

@@ -458,15 +458,15 @@ describe('WorkQueueSlots', () => {
 describe('queue-pair helpers', () => {
   it('receiveCompletion() decodes immediate data, invalidation and GRH flags', () => {
     const base = { wrId: 9, status: 0, opcode: 128, byteLength: 100, immOrRkey: 0xdeadbeef, qpn: 3, srcQp: 4, wcFlags: 0, pkeyIndex: 0, slid: 5, sl: 1, dlidPathBits: 0, vendorError: 0 }
-    const window = { bound: true }
-    // The device's window with that rkey (a stand-in): an invalidation received revokes its bind.
-    const device = { windowWithRkey: (rkey: number) => (rkey === 0xdeadbeef ? window : undefined) } as never
-    expect(receiveCompletion(base, device)).toEqual({ byteLength: 100, opcode: 'RECV', srcQp: 4, slid: 5, sl: 1, grh: false, qpn: 3, wrId: 9 })
-    expect(receiveCompletion({ ...base, opcode: 129, wcFlags: 2 | 1 }, device)).toMatchObject({ opcode: 'RECV_RDMA_WITH_IMM', immediate: 0xdeadbeef, grh: true })
-    expect(window.bound).toBe(true)
-    expect(receiveCompletion({ ...base, wcFlags: 8 }, device)).toMatchObject({ invalidatedRkey: 0xdeadbeef })
-    expect(window.bound).toBe(false)
-    expect(receiveCompletion({ ...base, wcFlags: 8 }, device).immediate).toBeUndefined()
+    // An invalidation received revokes the bind of the window it names: the callback is told its rkey.
+    const revoked: number[] = []
+    const invalidated = (rkey: number) => { revoked.push(rkey) }
+    expect(receiveCompletion(base, invalidated)).toEqual({ byteLength: 100, opcode: 'RECV', srcQp: 4, slid: 5, sl: 1, grh: false, qpn: 3, wrId: 9 })
+    expect(receiveCompletion({ ...base, opcode: 129, wcFlags: 2 | 1 }, invalidated)).toMatchObject({ opcode: 'RECV_RDMA_WITH_IMM', immediate: 0xdeadbeef, grh: true })
+    expect(revoked).toEqual([])
+    expect(receiveCompletion({ ...base, wcFlags: 8 }, invalidated)).toMatchObject({ invalidatedRkey: 0xdeadbeef })
+    expect(revoked).toEqual([0xdeadbeef])
+    expect(receiveCompletion({ ...base, wcFlags: 8 }, invalidated).immediate).toBeUndefined()
   })
 
   it('localSges() accepts only LocalSlices and at most maxSge of them', () => {
