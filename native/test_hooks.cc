@@ -7,6 +7,7 @@
 #include "addon.h"
 #include "common.h"
 #include "gid_entry.h"
+#include "resources.h"
 #include "work_request.h"
 
 namespace ibv {
@@ -100,10 +101,49 @@ Napi::Value DecodeWorkRequestsForTest(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// What __testOnlyFailPolls() replaced: one context at a time.
+int g_poll_errno = 0;
+ibv_context* g_failing_context = nullptr;
+int (*g_provider_poll)(ibv_cq*, int, ibv_wc*) = nullptr;
+
+int FailingPoll(ibv_cq*, int, ibv_wc*) { return -g_poll_errno; }
+
+// __testOnlyFailPolls(cq, errno): from now on ibv_poll_cq returns -errno on
+// every CQ of `cq`'s device context; errno 0 puts the provider's poll back.
+// rxe's poll never fails (it copies entries out of the mapped queue and
+// returns their count), so this is the only way to reach the paths that
+// handle a failed poll. ibv_poll_cq calls the context's ops.poll_cq: the
+// failure comes through libibverbs' own dispatch, nothing else changes, and
+// the hot path carries no test branch.
+Napi::Value FailPollsForTest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<CqResource> cq = CqOf(env, info[0]);
+  uint32_t err = ArgU32(info, 1, "errno");
+  ibv_context* context = cq->cq->context;
+  if (err != 0) {
+    if (g_failing_context != nullptr && g_failing_context != context) {
+      ThrowCode(env, "ERR_BUSY", "polls already fail on another device context: restore it first (errno 0)");
+    }
+    if (g_failing_context == nullptr) {
+      g_provider_poll = context->ops.poll_cq;
+      g_failing_context = context;
+    }
+    g_poll_errno = static_cast<int>(err);
+    context->ops.poll_cq = FailingPoll;
+  } else if (g_failing_context == context) {
+    context->ops.poll_cq = g_provider_poll;
+    g_failing_context = nullptr;
+    g_provider_poll = nullptr;
+    g_poll_errno = 0;
+  }
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitTestHooks(Napi::Env env, Napi::Object exports) {
   exports.Set("__testOnlyDecodeWorkRequests", Napi::Function::New(env, DecodeWorkRequestsForTest));
+  exports.Set("__testOnlyFailPolls", Napi::Function::New(env, FailPollsForTest));
   // Which way device.gids() reads GID entries: "ibv_query_gid_ex" (found at
   // run time) or "sysfs" (the fallback for rdma-core < 31).
   exports.Set("__testOnlyGidQuery", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
