@@ -3,6 +3,9 @@
 // (process exit or worker termination).
 #include "addon.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "async_events.h"
 #include "resources.h"
 
@@ -57,7 +60,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitAddressHandle(env, exports, data);
   InitMemoryWindow(env, exports, data);
   InitCm(env, exports, data);
-  InitTestHooks(env, exports);
+  // Test-only entry points exist only when the process asks for them (the
+  // test configs set NODE_IBVERBS_TEST_HOOKS=1): a service never has them.
+  const char* hooks = std::getenv("NODE_IBVERBS_TEST_HOOKS");
+  if (hooks != nullptr && std::strcmp(hooks, "1") == 0) InitTestHooks(env, exports);
   InitFork(env, exports);
   // For tests: how many top-level resources the cleanup hook tracks.
   exports.Set("rootCount", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {

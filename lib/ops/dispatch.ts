@@ -141,53 +141,48 @@ export class CompletionDispatch {
   #deliverRest(): void {
     // A nested delivery gets its own entry: the outer request may still read its own.
     const entry = this.#depth === 0 ? this.#entry : newEntry()
+    const w = this.words
     this.#depth++
     try {
       while (this.#next < this.#count) {
+        const o = this.#next++ * COMPLETION_WORDS
+        const wrId = w[o]! + w[o + 1]! * TWO_32
+        const status = w[o + 2]!
+        const qpn = w[o + 6]!
+        entry.wrId = wrId
+        entry.status = status
+        entry.qpn = qpn
+        entry.vendorError = w[o + 13]!
+        // A ring's request (the promises' fast path, tagged) that succeeded
+        // needs no more of the entry; the rest is read for the others.
+        if (wrId < PROMISE_WR_ID_BASE || status !== 0) {
+          entry.opcode = w[o + 3]!
+          entry.byteLength = w[o + 4]!
+          entry.immOrRkey = w[o + 5]!
+          entry.srcQp = w[o + 7]!
+          entry.wcFlags = w[o + 8]!
+          entry.pkeyIndex = w[o + 9]!
+          entry.slid = w[o + 10]!
+          entry.sl = w[o + 11]!
+          entry.dlidPathBits = w[o + 12]!
+        }
+        let owner = this.#lastOwner
+        if (qpn !== this.#lastQpn) {
+          owner = this.#owners.get(qpn)?.deref()
+          if (owner === undefined) continue // its QP is gone: nothing waits for it
+          this.#lastQpn = qpn
+          this.#lastOwner = owner
+        }
+        const request = owner!.pendingFor(wrId)
+        if (request === undefined) continue
         try {
-          this.#deliverEntries(entry)
+          request.complete(entry)
         } catch (thrown) {
           reportUncaught(thrown) // the entry that threw was consumed; the batch goes on
         }
       }
     } finally {
       this.#depth--
-    }
-  }
-
-  #deliverEntries(entry: CompletionEntry): void {
-    const w = this.words
-    while (this.#next < this.#count) {
-      const o = this.#next++ * COMPLETION_WORDS
-      const wrId = w[o]! + w[o + 1]! * TWO_32
-      const status = w[o + 2]!
-      const qpn = w[o + 6]!
-      entry.wrId = wrId
-      entry.status = status
-      entry.qpn = qpn
-      entry.vendorError = w[o + 13]!
-      // A ring's request (the promises' fast path, tagged) that succeeded
-      // needs no more of the entry; the rest is read for the others.
-      if (wrId < PROMISE_WR_ID_BASE || status !== 0) {
-        entry.opcode = w[o + 3]!
-        entry.byteLength = w[o + 4]!
-        entry.immOrRkey = w[o + 5]!
-        entry.srcQp = w[o + 7]!
-        entry.wcFlags = w[o + 8]!
-        entry.pkeyIndex = w[o + 9]!
-        entry.slid = w[o + 10]!
-        entry.sl = w[o + 11]!
-        entry.dlidPathBits = w[o + 12]!
-      }
-      let owner = this.#lastOwner
-      if (qpn !== this.#lastQpn) {
-        owner = this.#owners.get(qpn)?.deref()
-        if (owner !== undefined) {
-          this.#lastQpn = qpn
-          this.#lastOwner = owner
-        }
-      }
-      owner?.pendingFor(wrId)?.complete(entry)
     }
   }
 

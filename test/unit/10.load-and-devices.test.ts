@@ -28,6 +28,20 @@ describe('the addon', () => {
     expect(native.recvHeaderWords).toBe(4)
   })
 
+  it('has its test-only entry points only when the process asks for them (NODE_IBVERBS_TEST_HOOKS=1)', () => {
+    const addon = join(root, 'build', 'Release', 'node_ibverbs.node')
+    const hooks = (value: string | undefined) => {
+      const env = { ...process.env }
+      if (value === undefined) delete env.NODE_IBVERBS_TEST_HOOKS
+      else env.NODE_IBVERBS_TEST_HOOKS = value
+      return spawnSync(process.execPath, ['-e', `console.log(Object.keys(require(${JSON.stringify(addon)})).filter((k) => k.startsWith('__testOnly')).length)`],
+        { encoding: 'utf8', env }).stdout.trim()
+    }
+    expect(hooks(undefined)).toBe('0')
+    expect(hooks('0')).toBe('0')
+    expect(Number(hooks('1'))).toBeGreaterThan(0)
+  })
+
   it('exports the documented public API', () => {
     expect(Object.keys(api).sort()).toEqual([
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'LIBRARY_ERROR_CODES', 'Listener',
