@@ -61,7 +61,7 @@ export function decodeRecord(key: string, name: string, value: string, revision:
   const o = json as Record<string, unknown>
   if (o.v !== RECORD_FORMAT) return bad(key, `format ${JSON.stringify(o.v)}, this agent reads ${RECORD_FORMAT}`)
   if (o.name !== name) return bad(key, `it names ${JSON.stringify(o.name)}`)
-  if (typeof o.incarnation !== 'string' || o.incarnation.length < 1 || o.incarnation.length > 64) return bad(key, 'no incarnation')
+  if (typeof o.incarnation !== 'string' || o.incarnation.length < 1 || o.incarnation.length > 48) return bad(key, 'no incarnation')
   if (!Array.isArray(o.addresses) || o.addresses.length < 1 || o.addresses.length > 64) return bad(key, 'no addresses')
   const addresses: PeerAddress[] = []
   for (const a of o.addresses as unknown[]) {
