@@ -11,6 +11,7 @@ import { thrown } from './thrown.js'
 import { needs } from '../rdma/needs.js'
 import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
 import { RdmaError } from '../../lib/errors.js'
+import { TransferAgent } from '../../lib/transfer/agent.js'
 import { EtcdClient, EtcdRegistry, decodeRecord, encodeRecord, metadataSettings, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from '../../lib/transfer/metadata/index.js'
 
 const TTL = 2 // seconds: etcd's smallest with its default election timeout
@@ -69,6 +70,24 @@ describe('the metadata option', () => {
     for (const [value, code, name] of cases) {
       const error = thrown(() => metadataSettings(value))
       expect(error.code, JSON.stringify(value)).toBe(code)
+      expect(error.message).toContain(`for ${name} but received`)
+    }
+  })
+})
+
+describe('TransferAgent.create() with metadata', () => {
+  it('refuses a missing or unusable name and bad endpoints with argument errors, before it opens a device', async () => {
+    const cases: Array<[Record<string, unknown>, string, string]> = [
+      [{ metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'a/b', metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'x'.repeat(129), metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'decode-3', metadata: ['ftp://127.0.0.1'] }, 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [{ name: 'decode-3', metadata: [] }, 'ERR_OUT_OF_RANGE', 'options.metadata'],
+      [{ name: 'decode-3', metadata: { endpoints: ['127.0.0.1'], ttlSeconds: 0 } }, 'ERR_OUT_OF_RANGE', 'options.metadata.ttlSeconds'],
+    ]
+    for (const [options, code, name] of cases) {
+      const error = await TransferAgent.create({ host: '127.0.0.1', ...options } as never).catch((e) => e)
+      expect(error.code, JSON.stringify(options)).toBe(code)
       expect(error.message).toContain(`for ${name} but received`)
     }
   })
