@@ -331,7 +331,9 @@ export class TransferAgent extends EventEmitter {
   async #connectByName(name: string, wait: WaitOptions): Promise<Peer> {
     const registry = this.#needRegistry(name)
     if (!isAgentName(name)) throw typeError(NAME_RULE, 'name', name)
-    const known = [...this.#peers.values()].find((p) => p.name === name)
+    // A healthy handle of that name first (after a restart the old incarnation's broken one may still be here).
+    const named = [...this.#peers.values()].filter((p) => p.name === name)
+    const known = named.find((p) => p.link?.healthy) ?? named[0]
     if (known) {
       known.byName = true
       await this.#linkOf(known, wait)
@@ -451,7 +453,7 @@ export class TransferAgent extends EventEmitter {
     if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
     if (peer.link?.healthy) return peer.link
     const address = peer.address
-    if (this.#registry && (peer.byName || !address)) return this.#relinkByName(peer, this.#registry, wait)
+    if (this.#registry && (peer.byName || (!address && isAgentName(peer.name)))) return this.#relinkByName(peer, this.#registry, wait)
     if (!address) {
       throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
     }
