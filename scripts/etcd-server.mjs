@@ -131,8 +131,22 @@ export class EtcdServer {
     })
   }
 
-  /** Freezes etcd (SIGSTOP): its sockets stay open and nothing answers, as behind a partition. */
-  pause() { this.process?.kill('SIGSTOP') }
+  /**
+   * Freezes etcd (SIGSTOP): its sockets stay open and nothing answers, as
+   * behind a partition. Resolves once the kernel shows it stopped (a signal
+   * is delivered asynchronously: a request sent at once could still be served).
+   */
+  async pause() {
+    const pid = this.process?.pid
+    if (pid === undefined) return
+    this.process.kill('SIGSTOP')
+    const deadline = Date.now() + 10_000
+    // /proc/<pid>/stat: "pid (comm) S ..."; T = stopped.
+    while (!/\) T /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))) {
+      if (Date.now() > deadline) throw new Error(`etcd (pid ${pid}) did not stop within 10 s`)
+      await new Promise((resolve) => setTimeout(resolve, 5))
+    }
+  }
 
   resume() { this.process?.kill('SIGCONT') }
 

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto'
 import { thrown } from './thrown.js'
 import { needs } from '../rdma/needs.js'
 import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
-import { RdmaError } from '../../lib/errors.js'
+import { RdmaError } from '../../lib/core/errors.js'
 import { TransferAgent } from '../../lib/transfer/agent.js'
 import { EtcdClient, EtcdRegistry, decodeRecord, encodeRecord, metadataSettings, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from '../../lib/transfer/metadata/index.js'
 
@@ -295,7 +295,7 @@ describe('the registry on a real etcd', () => {
 
   test('etcd frozen (no answer, as behind a partition): an unknown lookup fails within its bound; registered again after', async () => {
     const a = await agent('prefill-0', { ttlSeconds: 5, requestTimeoutMs: 500 })
-    etcd!.pause()
+    await etcd!.pause()
     try {
       const started = Date.now()
       const error = await a.registry.lookup('nobody', 10_000).catch((e) => e)

@@ -5,7 +5,7 @@
 // ERR_METADATA_UNAVAILABLE within `timeoutMs`, never a hang. Keys and values
 // are base64 in the gateway's JSON, int64s are decimal strings.
 import { request, Agent, type IncomingMessage } from 'node:http'
-import { RdmaError } from '../../errors.js'
+import { RdmaError } from '../../core/errors.js'
 
 export interface EtcdEndpoint { host: string; port: number }
 

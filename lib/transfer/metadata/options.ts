@@ -1,6 +1,6 @@
 // The `metadata` option of TransferAgent.create(): etcd endpoints and the
 // registry's settings, checked with the project's argument errors.
-import { integer, object, rangeError, typeError } from '../../validate.js'
+import { integer, object, rangeError, typeError } from '../../core/validate.js'
 import type { EtcdEndpoint } from './etcd-client.js'
 
 export interface MetadataOptions {

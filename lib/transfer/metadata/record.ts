@@ -1,7 +1,7 @@
 // What an agent publishes about itself under <prefix>agents/<name>, and the
 // check that a record read back is one: a malformed value (another program's,
 // or a newer format) is never taken for a peer.
-import { RdmaError } from '../../errors.js'
+import { RdmaError } from '../../core/errors.js'
 
 /** Version of the record's JSON; a record of another version is not a member. */
 export const RECORD_FORMAT = 1

@@ -9,8 +9,8 @@
 // again the lease is refreshed or, if etcd lost it (expired, or etcd came back
 // without its data), a new lease is taken and the record put again — unless
 // another incarnation has taken the name meanwhile ('displaced').
-import { RdmaError } from '../../errors.js'
-import { typeError } from '../../validate.js'
+import { RdmaError } from '../../core/errors.js'
+import { typeError } from '../../core/validate.js'
 import { EtcdClient, type EtcdKeyValue, type EtcdWatch, type EtcdWatchEvent } from './etcd-client.js'
 import type { MetadataSettings } from './options.js'
 import { decodeRecord, encodeRecord, isAgentName, NAME_RULE, type PeerAddress, type PeerRecord } from './record.js'
