@@ -16,6 +16,7 @@ import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type CheckedPlan
 import { TransferRun, type TransferResult } from './run.js'
 import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentRights } from './segments.js'
 import { totalStats, type PeerStats } from './stats.js'
+import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataSetting, type MetadataState, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
 
 export interface TransferAgentOptions {
   /** Address of this agent's RDMA device to listen on. */
@@ -24,8 +25,16 @@ export interface TransferAgentOptions {
   port?: number
   /** The device (default: the one that has `host`, else the first active one). */
   device?: string
-  /** A name peers see (default: a random id). */
+  /** A name peers see (default: a random id); with `metadata`, required: the agent's key in the cluster. */
   name?: string
+  /**
+   * Cluster metadata: etcd endpoints (['http://10.0.0.5:2379']) or
+   * { endpoints, ttlSeconds, prefix, requestTimeoutMs }. The agent publishes
+   * itself under its name with a lease and watches the others, so peers are
+   * reached by name (connect('decode-3')). Without it (the default), peers
+   * are reached by address only.
+   */
+  metadata?: MetadataSetting
   /** Data QPs per peer, 1..16 (default 2). The side that connects chooses. */
   qpsPerPeer?: number
   /** Largest work request, in bytes (default 64 KiB; never above the device's max message size). */
@@ -58,6 +67,26 @@ export interface RegisterOptions {
 export interface PeerConnectOptions extends WaitOptions {
   host: string
   port: number
+}
+
+/** 'peerLost': a peer's link failed (the handle stays; the next transfer reconnects or fails fast). */
+export interface PeerLostEvent { peer: Peer; error: RdmaError }
+
+/** The agent's events and their listeners' arguments. */
+export interface TransferAgentEvents {
+  /** A notification from a peer (its transfer's bytes are in place). */
+  notification: [notification: Notification]
+  /** A peer connected to this agent. */
+  peer: [peer: Peer]
+  peerLost: [event: PeerLostEvent]
+  /** A peer's connect attempt failed on this side (coded); never thrown. */
+  handshakeError: [error: Error]
+  /** With metadata: an agent (a new incarnation) appeared in the cluster. */
+  peerJoined: [record: PeerRecord]
+  /** With metadata: an agent left the cluster; the links to that incarnation were failed with ERR_PEER_GONE first. */
+  peerLeft: [event: PeerLeftEvent]
+  /** With metadata: the agent's standing with etcd changed. */
+  metadata: [event: MetadataStateEvent]
 }
 
 /** A notification's payload: a string, or bytes (up to 1 KiB either way). */
@@ -123,7 +152,20 @@ function encodeNotification(message: unknown): NotifyMessage {
   throw typeError('a string or Uint8Array', 'options.notify', message)
 }
 
+/** Typed listener methods (the rest of EventEmitter is Node's). */
+export interface TransferAgent {
+  on<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
+  once<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
+  off<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
+}
+
+/** A record of the cluster (from members() or 'peerJoined'), as connect() takes it. */
+function isRecord(value: unknown): value is PeerRecord {
+  return typeof value === 'object' && value !== null && typeof (value as PeerRecord).incarnation === 'string' && Array.isArray((value as PeerRecord).addresses)
+}
+
 export class TransferAgent extends EventEmitter {
+  /** This agent's id: its incarnation, new at every create(). */
   readonly id = randomUUID()
   readonly name: string
   readonly device: Device
@@ -138,6 +180,7 @@ export class TransferAgent extends EventEmitter {
   readonly #peers = new Map<string, Peer>()
   readonly #iterators = new Set<(n: Notification | undefined) => void>()
   #listener: Listener | undefined
+  #registry: EtcdRegistry | undefined
   #closed = false
 
   private constructor(options: TransferAgentOptions, device: Device) {
@@ -160,23 +203,50 @@ export class TransferAgent extends EventEmitter {
     }
   }
 
-  /** Opens the device, and listens for peers on host:port. */
+  /**
+   * Opens the device, and listens for peers on host:port. With `metadata`,
+   * also registers in etcd (rejects with ERR_METADATA_UNAVAILABLE when etcd
+   * does not answer within its request bound).
+   */
   static async create(options: TransferAgentOptions): Promise<TransferAgent> {
     const o = object(options, 'options') as unknown as TransferAgentOptions
     if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
     const port = integer(o.port ?? 0, 'options.port', 0, 65535)
+    const metadata = o.metadata === undefined ? undefined : metadataSettings(o.metadata)
+    if (metadata && !isAgentName(o.name)) throw typeError(`${NAME_RULE} (with options.metadata the name is the agent's key)`, 'options.name', o.name)
     const device = deviceFor(o.host, o.device)
     let agent: TransferAgent | undefined
     try {
       agent = new TransferAgent(o, device)
       agent.#listener = await listen({ host: o.host, port, pd: agent.pd })
       agent.#listener.on('request', (request: ConnectionRequest) => agent!.#onRequest(request))
+      if (metadata) agent.#registry = await agent.#openRegistry(metadata)
       return agent
     } catch (error) {
+      if (agent) agent.#listener?.close()
       device.close()
       throw error
     }
   }
+
+  #openRegistry(settings: ReturnType<typeof metadataSettings>): Promise<EtcdRegistry> {
+    return EtcdRegistry.open(settings, {
+      name: this.name,
+      incarnation: this.id,
+      addresses: () => [{ host: this.host, port: this.port, device: this.device.name }],
+      segmentsVersion: () => this.#table.version,
+    }, {
+      joined: (record) => { if (!this.#closed) this.emit('peerJoined', record) },
+      left: (event) => this.#onPeerLeft(event),
+      state: (event) => { if (!this.#closed) this.emit('metadata', event) },
+    })
+  }
+
+  /** With metadata: where this agent stands with etcd ('registered', 'unavailable', 'displaced', 'closed'); else undefined. */
+  get metadataState(): MetadataState | undefined { return this.#registry?.state }
+
+  /** With metadata: the other agents of the cluster as the watch has them now, by name (empty without metadata). */
+  members(): ReadonlyMap<string, PeerRecord> { return this.#registry?.members() ?? new Map() }
 
   /** The port peers connect to. */
   get port(): number { return this.#listener?.address?.port ?? 0 }
@@ -204,6 +274,7 @@ export class TransferAgent extends EventEmitter {
     }
     const segment = this.#table.add(name, region, rights)
     this.#broadcast({ t: 'add', v: this.#table.version, seg: [segment.entry()], end: true })
+    this.#registry?.publish()
     return segment
   }
 
@@ -217,6 +288,7 @@ export class TransferAgent extends EventEmitter {
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
     this.#broadcast({ t: 'del', v: this.#table.version, name: s.name })
+    this.#registry?.publish()
     await s.region.deregisterWhenIdle(waitOptions(options))
   }
 
@@ -226,15 +298,78 @@ export class TransferAgent extends EventEmitter {
 
   // --- peers -----------------------------------------------------------------
 
-  /** Connects to the agent at host:port: data QPs set up, segment tables exchanged. */
-  async connect(options: PeerConnectOptions): Promise<Peer> {
+  /**
+   * Connects to a peer: data QPs set up, segment tables exchanged. The peer is
+   * the agent at host:port; or, with metadata, the agent registered under a
+   * name (looked up in the watched view, else in etcd; the handshake checks
+   * its incarnation), or the exact incarnation a record names (ERR_STALE_PEER
+   * if another one answers there). By name, an already connected peer is
+   * returned as it is, and a broken one is reconnected under the same handle.
+   */
+  connect(options: PeerConnectOptions): Promise<Peer>
+  connect(name: string, options?: WaitOptions): Promise<Peer>
+  connect(record: PeerRecord, options?: WaitOptions): Promise<Peer>
+  async connect(target: PeerConnectOptions | string | PeerRecord, options: WaitOptions = {}): Promise<Peer> {
     this.#assertOpen()
-    const o = object(options, 'options')
+    if (typeof target === 'string' || isRecord(target)) {
+      const wait = waitOptions({ timeoutMs: this.#handshakeMs, ...optionalObject(options, 'options') })
+      return typeof target === 'string' ? this.#connectByName(target, wait) : this.#connectRecord(target, wait)
+    }
+    const o = object(target, 'options')
     if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
     const port = integer(o.port, 'options.port', 1, 65535)
     const wait = waitOptions({ timeoutMs: o.timeoutMs ?? this.#handshakeMs, signal: o.signal })
     const link = await connectLink(this.#settings, o.host, port, wait.timeoutMs!, wait.signal)
     return this.#adopt(link, { host: o.host, port })
+  }
+
+  #needRegistry(value: unknown): EtcdRegistry {
+    if (!this.#registry) throw typeError('{ host, port } (connecting by name or record needs options.metadata)', 'options', value)
+    return this.#registry
+  }
+
+  async #connectByName(name: string, wait: WaitOptions): Promise<Peer> {
+    const registry = this.#needRegistry(name)
+    if (!isAgentName(name)) throw typeError(NAME_RULE, 'name', name)
+    // A healthy handle of that name first (after a restart the old incarnation's broken one may still be here).
+    const named = [...this.#peers.values()].filter((p) => p.name === name)
+    const known = named.find((p) => p.link?.healthy) ?? named[0]
+    if (known) {
+      known.byName = true
+      await this.#linkOf(known, wait)
+      return known
+    }
+    const deadline = Date.now() + wait.timeoutMs!
+    const record = await registry.lookup(name, wait.timeoutMs!)
+    return this.#connectRecord(record, { ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+  }
+
+  async #connectRecord(record: PeerRecord, wait: WaitOptions): Promise<Peer> {
+    this.#needRegistry(record)
+    const existing = this.#peers.get(record.incarnation)
+    if (existing?.link?.healthy) return existing
+    const link = await this.#dial(record, wait)
+    const peer = this.#adopt(link, undefined)
+    peer.byName = true
+    return peer
+  }
+
+  /** A link to the incarnation `record` names, at its (first) address. */
+  #dial(record: PeerRecord, wait: WaitOptions): Promise<Link> {
+    const address = record.addresses[0]
+    if (!address) throw new RdmaError(`The record of '${record.name}' has no address`, { code: 'ERR_METADATA_RECORD' })
+    return connectLink(this.#settings, address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal, record.incarnation)
+  }
+
+  /** A peer left the cluster: the links to that incarnation fail now (not after RC retries), then listeners hear it. */
+  #onPeerLeft(event: PeerLeftEvent): void {
+    if (this.#closed) return
+    for (const peer of this.#peers.values()) {
+      const link = peer.link
+      if (peer.id !== event.record.incarnation || !link?.healthy) continue
+      this.#linkFailed(peer, link, new RdmaError(`Peer '${event.record.name}' left the cluster (${event.reason === 'replaced' ? 'a new incarnation took its name' : event.reason === 'missing' ? 'its record did not come back' : 'its lease expired or it closed'})`, { code: 'ERR_PEER_GONE' }))
+    }
+    this.emit('peerLeft', event)
   }
 
   #onRequest(request: ConnectionRequest): void {
@@ -306,30 +441,62 @@ export class TransferAgent extends EventEmitter {
     if (!this.#closed) this.emit('peerLost', { peer, error: coded })
   }
 
-  /** The peer's link, fresh if the last one failed (the side that connected reconnects; the other fails fast). */
+  /**
+   * The peer's link, fresh if the last one failed: a peer reached by name is
+   * looked up again (a restarted one is reached at its new incarnation), one
+   * reached by address is dialed there again; one that connected to this
+   * agent fails fast, unless the metadata knows its name.
+   */
   async #linkOf(peer: Peer, wait: WaitOptions): Promise<Link> {
     this.#assertOpen()
     if (!(peer instanceof Peer) || this.#peers.get(peer.id) !== peer) throw typeError('a Peer of this agent', 'peer', peer)
     if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
     if (peer.link?.healthy) return peer.link
     const address = peer.address
+    if (this.#registry && (peer.byName || (!address && isAgentName(peer.name)))) return this.#relinkByName(peer, this.#registry, wait)
     if (!address) {
       throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
     }
     peer.relinking ??= connectLink(this.#settings, address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
       peer.relinking = undefined
-      if (link.peerAgent !== peer.id) {
-        // Another agent (a restarted process) answers at that address: same place, new peer identity kept under the old handle.
-        this.#peers.delete(peer.id)
-        peer.rename(link.peerAgent)
-        this.#peers.set(peer.id, peer)
-      }
-      this.#adopt(link, address)
+      this.#relinked(peer, link, address)
       return link
     }, (error: unknown) => {
       peer.relinking = undefined
       throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
     })
+    return peer.relinking
+  }
+
+  /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
+  #relinked(peer: Peer, link: Link, address: { host: string; port: number } | undefined): void {
+    if (link.peerAgent !== peer.id) {
+      this.#peers.delete(peer.id)
+      peer.rename(link.peerAgent)
+      this.#peers.set(peer.id, peer)
+    }
+    this.#adopt(link, address)
+  }
+
+  /** Looks the peer's name up again and dials the incarnation registered now; a name nobody has any more is ERR_PEER_GONE. */
+  #relinkByName(peer: Peer, registry: EtcdRegistry, wait: WaitOptions): Promise<Link> {
+    peer.relinking ??= (async () => {
+      const deadline = Date.now() + (wait.timeoutMs ?? this.#handshakeMs)
+      let record: PeerRecord
+      try {
+        record = await registry.lookup(peer.name, deadline - Date.now())
+      } catch (error) {
+        if ((error as RdmaError).code !== 'ERR_PEER_UNKNOWN') throw error
+        throw new RdmaError(`Peer '${peer.name}' is gone: no agent is registered under its name (its link failed: ${peer.link?.error?.code})`, { code: 'ERR_PEER_GONE', cause: error })
+      }
+      const link = await this.#dial(record, { ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+      if (this.#closed) {
+        link.close()
+        throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
+      }
+      this.#relinked(peer, link, peer.address)
+      return link
+    })().finally(() => { peer.relinking = undefined })
     return peer.relinking
   }
 
@@ -489,18 +656,26 @@ export class TransferAgent extends EventEmitter {
     this.#peers.delete(peer.id)
   }
 
-  /** Stops listening, closes every peer, deregisters the segments and closes the device. */
-  close(): void {
-    if (this.#closed) return
+  /**
+   * Stops listening, closes every peer, deregisters the segments and closes
+   * the device, at once. With metadata the returned promise settles when the
+   * registration is withdrawn too (its lease revoked: peers see 'peerLeft'
+   * at once rather than after the TTL), within the request bound; it never
+   * rejects. Without metadata it is already settled.
+   */
+  close(): Promise<void> {
+    if (this.#closed) return Promise.resolve()
     this.#closed = true
+    const leaving = this.#registry?.close() ?? Promise.resolve()
     this.#listener?.close()
     for (const peer of [...this.#peers.values()]) this.closePeer(peer)
     for (const push of [...this.#iterators]) push(undefined)
     for (const segment of [...this.#table.byName.values()]) this.#table.remove(segment)
     this.device.close()
+    return leaving
   }
 
-  [Symbol.dispose](): void { this.close() }
+  [Symbol.dispose](): void { void this.close() }
 
   #assertOpen(): void {
     if (this.#closed) throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })

@@ -12,6 +12,27 @@ import type { SegmentEntry } from './segments.js'
 export const PROTOCOL = 1
 /** Private data of a transfer agent's connect request: tag and protocol. */
 export const CONNECT_TAG = Buffer.from(`NIBT${PROTOCOL}`)
+/**
+ * Private data of a refusal: the request asked for another incarnation of the
+ * agent listening there (followed by the incarnation that is there).
+ */
+export const STALE_TAG = Buffer.from(`NIBS${PROTOCOL}`)
+/** Longest incarnation that fits in a connect request's private data (56 bytes) after the tag. */
+export const MAX_INCARNATION = 48
+
+/** The incarnation that follows a tag in private data (rdma_cm pads it with zeros), if any. */
+export function wantedIncarnation(data: Buffer | undefined, at: number): string | undefined {
+  if (!data || data.length <= at) return undefined
+  let end = data.indexOf(0, at)
+  if (end < 0) end = data.length
+  return end > at ? data.subarray(at, end).toString() : undefined
+}
+
+export function staleError(host: string, port: number, wanted: string, found: string | undefined, cause?: unknown): RdmaError {
+  return new RdmaError(`The agent at ${host}:${port} is ${found === undefined ? 'another incarnation' : `incarnation ${found}`}, not ${wanted}: the endpoint is stale (the agent restarted)`,
+    { code: 'ERR_STALE_PEER', cause })
+}
+
 /** Segment entries per table message (each message must stay under 4 KiB of JSON). */
 export const TABLE_CHUNK = 16
 /** Largest notification payload. */

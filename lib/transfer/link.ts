@@ -9,7 +9,7 @@ import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { QpPoster } from './poster.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
-import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
+import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
 
 export interface LinkSettings {
@@ -197,16 +197,33 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
   }
 }
 
-/** Connects to the agent at host:port and sets up a link (the connecting side). */
-export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Link> {
+/**
+ * Connects to the agent at host:port and sets up a link (the connecting side).
+ * With `incarnation`, only that incarnation of the agent will do: another one
+ * listening there (a restarted process on the same port) refuses the request,
+ * and the connect fails with ERR_STALE_PEER.
+ */
+export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<Link> {
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
-  const conn = await connect({ host, port, pd: settings.pd, privateData: CONNECT_TAG, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
+  const privateData = incarnation === undefined ? CONNECT_TAG : Buffer.concat([CONNECT_TAG, Buffer.from(incarnation)])
+  let conn: Connection
+  try {
+    conn = await connect({ host, port, pd: settings.pd, privateData, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
+  } catch (error) {
+    const data = (error as RdmaError).privateData
+    if (incarnation !== undefined && (error as RdmaError).code === 'ECONNREFUSED' && data?.subarray(0, STALE_TAG.length).equals(STALE_TAG)) {
+      throw staleError(host, port, incarnation, wantedIncarnation(data, STALE_TAG.length), error)
+    }
+    throw error
+  }
   return handshake(conn, settings, left, async (inbox, open) => {
     const data = open(settings.qps)
     await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
     const welcome = await inbox.expect<HelloMessage>('welcome', left())
     checkHello(welcome, settings.qps)
+    // A peer that did not check the incarnation itself (it answered anyway): refused here.
+    if (incarnation !== undefined && welcome.agent !== incarnation) throw staleError(host, port, incarnation, welcome.agent)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!, { timeout: settings.ackTimeout })
     return welcome
   })
@@ -218,6 +235,12 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   if (!tag || !CONNECT_TAG.equals(tag)) {
     request.reject()
     throw protocolError('A connect request without the transfer protocol tag was rejected')
+  }
+  // The peer dialed an earlier incarnation of this agent (a stale record or endpoint): refused, with ours.
+  const wanted = wantedIncarnation(request.privateData, CONNECT_TAG.length)
+  if (wanted !== undefined && wanted !== settings.agent) {
+    request.reject({ privateData: Buffer.concat([STALE_TAG, Buffer.from(settings.agent)]) })
+    throw new RdmaError(`A peer asked for incarnation ${wanted} of this agent (this is ${settings.agent}); refused as stale`, { code: 'ERR_STALE_PEER' })
   }
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())

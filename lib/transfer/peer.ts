@@ -16,6 +16,8 @@ export class Peer {
   /** @internal */ relinking: Promise<Link> | undefined
   /** @internal the address to reconnect to (the side that connected), else undefined */
   readonly address: { host: string; port: number } | undefined
+  /** @internal reached by its name in the cluster metadata: a reconnect looks the name up again */
+  byName = false
   #closed = false
   #name: string
   #id: string
@@ -28,7 +30,7 @@ export class Peer {
     this.address = address
   }
 
-  /** The peer agent's id (a restarted peer process at the same address has a new one). */
+  /** The peer agent's id, its incarnation (a restarted peer process has a new one). */
   get id(): string { return this.#id }
 
   /** @internal */

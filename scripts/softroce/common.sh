@@ -9,7 +9,7 @@ readonly SR_E_TIMEOUT=204  # CMD exceeded --timeout
 readonly SR_E_USAGE=2      # bad command line
 
 # Debian packages the environment and the project need.
-readonly SR_PACKAGES="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest busybox-static iproute2 kmod pkg-config"
+readonly SR_PACKAGES="qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest busybox-static iproute2 kmod pkg-config etcd-server"
 
 sr_die() { # sr_die CODE MESSAGE...
   local code=$1; shift

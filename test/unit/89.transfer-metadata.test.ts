@@ -1,0 +1,319 @@
+// The transfer agents' cluster metadata (lib/transfer/metadata/) against a
+// real etcd (Debian's etcd-server, started here on free ports of 127.0.0.1
+// with a tmpfs data dir): records and their checks, the options, and the
+// registry's life — registration under a lease, the watch, lease expiry, a
+// restart under the same name, etcd killed, restarted with and without its
+// data, and frozen (no answer at all). No RDMA: registries stand in for
+// agents (the agent-level tests are test/rdma/103).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { randomUUID } from 'node:crypto'
+import { thrown } from './thrown.js'
+import { needs } from '../rdma/needs.js'
+import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
+import { RdmaError } from '../../lib/core/errors.js'
+import { TransferAgent } from '../../lib/transfer/agent.js'
+import { EtcdClient, EtcdRegistry, decodeRecord, encodeRecord, metadataSettings, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from '../../lib/transfer/metadata/index.js'
+
+const TTL = 2 // seconds: etcd's smallest with its default election timeout
+const withEtcd = needs(etcdBinary() ? undefined : "etcd is not installed (Debian's etcd-server: bash scripts/softroce.sh provision)")
+
+describe('metadata records', () => {
+  const record = { name: 'decode-3', incarnation: randomUUID(), addresses: [{ host: '198.18.0.1', port: 7480, device: 'rxe0' }], segmentsVersion: 4, ttlSeconds: 10 }
+
+  it('round-trip through their JSON, with etcd\'s revision added', () => {
+    expect(decodeRecord('/p/agents/decode-3', 'decode-3', encodeRecord(record), 17)).toEqual({ ...record, revision: 17 })
+  })
+
+  it('that are not an agent\'s are refused with ERR_METADATA_RECORD, with the reason', () => {
+    const json = JSON.parse(encodeRecord(record)) as Record<string, unknown>
+    const cases: Array<[string, string]> = [
+      ['not json', 'not JSON'],
+      [JSON.stringify({ ...json, v: 2 }), 'format 2'],
+      [JSON.stringify({ ...json, name: 'other' }), 'it names "other"'],
+      [JSON.stringify({ ...json, incarnation: '' }), 'no incarnation'],
+      [JSON.stringify({ ...json, addresses: [] }), 'no addresses'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 70000, device: 'd' }] }), 'a malformed address'],
+      [JSON.stringify({ ...json, segmentsVersion: -1 }), 'no segment table version'],
+      [JSON.stringify({ ...json, ttlSeconds: 0 }), 'no lease TTL'],
+    ]
+    for (const [value, why] of cases) {
+      const result = decodeRecord('/p/agents/decode-3', 'decode-3', value, 1)
+      expect(result, value).toBeInstanceOf(RdmaError)
+      expect((result as RdmaError).code).toBe('ERR_METADATA_RECORD')
+      expect((result as RdmaError).message).toContain(why)
+    }
+  })
+})
+
+describe('the metadata option', () => {
+  it('takes an endpoint list or options, with defaults', () => {
+    expect(metadataSettings(['http://127.0.0.1:2379', 'etcd://10.0.0.5', '[::1]:3000'])).toEqual({
+      endpoints: [{ host: '127.0.0.1', port: 2379 }, { host: '10.0.0.5', port: 2379 }, { host: '::1', port: 3000 }],
+      prefix: '/node-ibverbs/transfer/', ttlSeconds: 10, requestTimeoutMs: 2000,
+    })
+    expect(metadataSettings({ endpoints: ['127.0.0.1:1'], ttlSeconds: 3, prefix: '/c1', requestTimeoutMs: 500 })).toMatchObject({ prefix: '/c1/', ttlSeconds: 3, requestTimeoutMs: 500 })
+  })
+
+  it('refuses what is not one, with the argument errors\' codes and names', () => {
+    const cases: Array<[unknown, string, string]> = [
+      [[], 'ERR_OUT_OF_RANGE', 'options.metadata'],
+      ['http://127.0.0.1:2379', 'ERR_INVALID_ARG_TYPE', 'options.metadata'],
+      [[42], 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [['https://127.0.0.1:2379'], 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [['http://127.0.0.1:2379/v3'], 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [['http://'], 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [{ endpoints: ['127.0.0.1'], ttlSeconds: 1 }, 'ERR_OUT_OF_RANGE', 'options.metadata.ttlSeconds'],
+      [{ endpoints: ['127.0.0.1'], prefix: 'no-slash' }, 'ERR_INVALID_ARG_TYPE', 'options.metadata.prefix'],
+      [{ endpoints: ['127.0.0.1'], requestTimeoutMs: 5 }, 'ERR_OUT_OF_RANGE', 'options.metadata.requestTimeoutMs'],
+      [{ endpoints: 'x' }, 'ERR_INVALID_ARG_TYPE', 'options.metadata.endpoints'],
+    ]
+    for (const [value, code, name] of cases) {
+      const error = thrown(() => metadataSettings(value))
+      expect(error.code, JSON.stringify(value)).toBe(code)
+      expect(error.message).toContain(`for ${name} but received`)
+    }
+  })
+})
+
+describe('TransferAgent.create() with metadata', () => {
+  it('refuses a missing or unusable name and bad endpoints with argument errors, before it opens a device', async () => {
+    const cases: Array<[Record<string, unknown>, string, string]> = [
+      [{ metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'a/b', metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'x'.repeat(129), metadata: ['http://127.0.0.1:2379'] }, 'ERR_INVALID_ARG_TYPE', 'options.name'],
+      [{ name: 'decode-3', metadata: ['ftp://127.0.0.1'] }, 'ERR_INVALID_ARG_TYPE', 'options.metadata[0]'],
+      [{ name: 'decode-3', metadata: [] }, 'ERR_OUT_OF_RANGE', 'options.metadata'],
+      [{ name: 'decode-3', metadata: { endpoints: ['127.0.0.1'], ttlSeconds: 0 } }, 'ERR_OUT_OF_RANGE', 'options.metadata.ttlSeconds'],
+    ]
+    for (const [options, code, name] of cases) {
+      const error = await TransferAgent.create({ host: '127.0.0.1', ...options } as never).catch((e) => e)
+      expect(error.code, JSON.stringify(options)).toBe(code)
+      expect(error.message).toContain(`for ${name} but received`)
+    }
+  })
+})
+
+// --- registries on a real etcd ----------------------------------------------
+
+/** Everything one registry reported, and a way to wait for the next matching report. */
+class Agent {
+  readonly incarnation = randomUUID()
+  readonly joined: PeerRecord[] = []
+  readonly left: PeerLeftEvent[] = []
+  readonly states: MetadataStateEvent[] = []
+  registry!: EtcdRegistry
+  segments = 0
+  readonly #waiters: Array<() => void> = []
+
+  constructor(readonly name: string) {}
+
+  async open(endpoint: string, options: { ttlSeconds?: number; requestTimeoutMs?: number } = {}): Promise<this> {
+    const settings = metadataSettings({ endpoints: [endpoint], ttlSeconds: options.ttlSeconds ?? TTL, requestTimeoutMs: options.requestTimeoutMs ?? 1000, prefix: `/test-${prefix}/` })
+    const poke = () => { for (const w of this.#waiters.splice(0)) w() }
+    this.registry = await EtcdRegistry.open(settings, {
+      name: this.name, incarnation: this.incarnation, addresses: () => [{ host: '198.18.0.1', port: 7000, device: 'rxe0' }], segmentsVersion: () => this.segments,
+    }, {
+      joined: (record) => { this.joined.push(record); poke() },
+      left: (event) => { this.left.push(event); poke() },
+      state: (event) => { this.states.push(event); poke() },
+    })
+    return this
+  }
+
+  /** Resolves once `done()` holds (checked at every report); fails after `ms`. */
+  until(done: () => boolean, ms: number, what: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${this.name}: ${what}: not within ${ms} ms`)), ms)
+      const check = () => {
+        if (done()) {
+          clearTimeout(timer)
+          resolve()
+        } else {
+          this.#waiters.push(check)
+        }
+      }
+      check()
+    })
+  }
+}
+
+/** Polls `done` every 50 ms (for what no registry reports, e.g. etcd's own state); fails after `ms`. */
+async function eventually(done: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!(await done().catch(() => false))) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+let etcd: EtcdServer | undefined
+let prefix = 0
+const opened: Agent[] = []
+const agent = async (name: string, options?: { ttlSeconds?: number; requestTimeoutMs?: number }) => {
+  const a = await new Agent(name).open(etcd!.endpoint, options)
+  opened.push(a)
+  return a
+}
+
+describe('the registry on a real etcd', () => {
+  beforeAll(async () => { if (etcdBinary()) etcd = await startEtcd() }, 90_000)
+  afterAll(async () => {
+    for (const a of opened) await a.registry.close()
+    await etcd?.stop()
+  })
+  const test = (name: string, fn: () => Promise<void>, timeout = 60_000) => withEtcd(name, async () => {
+    prefix++ // each test its own cluster
+    if (!etcd!.running) await etcd!.start()
+    await fn()
+    for (const a of opened.splice(0)) await a.registry.close()
+  }, timeout)
+
+  test('publishes a record under a lease, and peers see it joined, by name, and updated quietly', async () => {
+    const a = await agent('prefill-0')
+    const b = await agent('decode-3')
+    // a listed b's record or watched it arrive: a joined report either way.
+    await a.until(() => a.joined.some((r) => r.name === 'decode-3'), 5000, 'decode-3 joined')
+    const record = a.registry.members().get('decode-3')!
+    expect(record).toMatchObject({ name: 'decode-3', incarnation: b.incarnation, addresses: [{ host: '198.18.0.1', port: 7000, device: 'rxe0' }], segmentsVersion: 0, ttlSeconds: TTL })
+    expect(b.registry.members().get('prefill-0')?.incarnation).toBe(a.incarnation)
+    expect(await a.registry.lookup('decode-3', 1000)).toEqual(record)
+    // In etcd: under the prefix, held by a lease.
+    const client = new EtcdClient(metadataSettings([etcd!.endpoint]).endpoints, 1000)
+    const { kvs } = await client.range(`/test-${prefix}/agents/decode-3`)
+    expect(kvs[0]!.lease).not.toBe('0')
+    client.close()
+    // A new segment table version: the record is put again; the view updates without a second join.
+    b.segments = 5
+    b.registry.publish()
+    await eventually(async () => a.registry.members().get('decode-3')?.segmentsVersion === 5, 5000, 'the new table version in the view')
+    expect(a.joined.filter((r) => r.name === 'decode-3')).toHaveLength(1)
+    expect(a.left).toEqual([])
+  })
+
+  test('a name nobody has is ERR_PEER_UNKNOWN; a bad name is an argument error', async () => {
+    const a = await agent('prefill-0')
+    expect(await a.registry.lookup('nobody', 1000).catch((e) => e.code)).toBe('ERR_PEER_UNKNOWN')
+    expect(await a.registry.lookup('prefill-0', 1000).catch((e) => e.code)).toBe('ERR_PEER_UNKNOWN')
+    expect(await a.registry.lookup('a/b', 1000).catch((e) => e.code)).toBe('ERR_INVALID_ARG_TYPE')
+  })
+
+  test('an agent that closes leaves at once (its lease revoked): \'deleted\'', async () => {
+    const a = await agent('prefill-0')
+    const b = await agent('decode-3')
+    await a.until(() => a.registry.members().has('decode-3'), 5000, 'decode-3 joined')
+    await b.registry.close()
+    // At once: well before its lease could have run out (the bound is the TTL itself).
+    await a.until(() => a.left.some((e) => e.record.name === 'decode-3'), TTL * 1000, 'decode-3 left')
+    expect(a.left[0]).toMatchObject({ reason: 'deleted', record: { incarnation: b.incarnation } })
+    expect(await a.registry.lookup('decode-3', 1000).catch((e) => e.code)).toBe('ERR_PEER_UNKNOWN')
+  })
+
+  test('an agent that stops refreshing its lease leaves within TTL + 1 s of its last refresh', async () => {
+    const a = await agent('prefill-0')
+    // A dead agent's record: under a lease that nobody keeps alive.
+    const client = new EtcdClient(metadataSettings([etcd!.endpoint]).endpoints, 1000)
+    const incarnation = randomUUID()
+    const lease = await client.grant(TTL)
+    const granted = Date.now()
+    await client.put(`/test-${prefix}/agents/dead-1`, encodeRecord({ name: 'dead-1', incarnation, addresses: [{ host: '198.18.0.1', port: 7001, device: 'rxe0' }], segmentsVersion: 0, ttlSeconds: TTL }), lease)
+    client.close()
+    await a.until(() => a.left.some((e) => e.record.incarnation === incarnation), TTL * 1000 + 1000, 'dead-1 left (TTL + 1 s)')
+    expect(a.joined.map((r) => r.incarnation)).toContain(incarnation)
+    expect(a.left).toMatchObject([{ reason: 'deleted', record: { name: 'dead-1' } }])
+    console.log(`lease expiry seen ${Date.now() - granted} ms after the lease was granted (TTL ${TTL} s)`)
+  })
+
+  test('a restart under the same name is a new incarnation: \'replaced\' then joined; the old one is displaced', async () => {
+    const a = await agent('prefill-0')
+    const old = await agent('decode-3')
+    await a.until(() => a.registry.members().has('decode-3'), 5000, 'decode-3 joined')
+    const restarted = await agent('decode-3') // takes the name over at once, while the old one still runs
+    await a.until(() => a.registry.members().get('decode-3')?.incarnation === restarted.incarnation, 5000, 'the new incarnation in the view')
+    expect(a.left).toMatchObject([{ reason: 'replaced', record: { incarnation: old.incarnation } }])
+    expect(a.joined.map((r) => r.incarnation)).toEqual([old.incarnation, restarted.incarnation])
+    // The old incarnation sees its key taken: it stops publishing (never puts its record back over the new one).
+    await old.until(() => old.registry.state === 'displaced', 5000, 'displaced')
+    expect(old.states.at(-1)!.error!.code).toBe('ERR_NAME_TAKEN')
+    await new Promise((resolve) => setTimeout(resolve, TTL * 1000)) // several keep-alive periods of the old one
+    expect(a.registry.members().get('decode-3')?.incarnation).toBe(restarted.incarnation)
+    expect(a.left).toHaveLength(1)
+  })
+
+  test('etcd killed: lookups of unknown names fail coded at once, the view stays; etcd back with its data: registered again, nobody left', async () => {
+    const a = await agent('prefill-0')
+    const b = await agent('decode-3')
+    await a.until(() => a.registry.members().has('decode-3'), 5000, 'decode-3 joined')
+    await etcd!.kill()
+    await a.until(() => a.registry.state === 'unavailable', TTL * 1000 + 2000, 'a unavailable')
+    expect(a.states.at(-1)!.error!.code).toBe('ERR_METADATA_UNAVAILABLE')
+    expect(await a.registry.lookup('nobody', 1000).catch((e) => e.code)).toBe('ERR_METADATA_UNAVAILABLE')
+    expect(await a.registry.lookup('decode-3', 1000)).toMatchObject({ incarnation: b.incarnation }) // known: from the view
+    await new Promise((resolve) => setTimeout(resolve, TTL * 1000 + 500)) // longer than every lease
+    await etcd!.start()
+    await a.until(() => a.registry.state === 'registered', 10_000, 'a registered again')
+    await b.until(() => b.registry.state === 'registered', 10_000, 'b registered again')
+    const c = await agent('decode-4') // the watch works again
+    await a.until(() => a.registry.members().has('decode-4'), 5000, 'decode-4 joined')
+    expect(a.left).toEqual([])
+    expect(c.registry.members().get('decode-3')?.incarnation).toBe(b.incarnation)
+  }, 90_000)
+
+  test('etcd back without its data (lost): agents re-register under new leases; nobody is taken for gone', async () => {
+    const a = await agent('prefill-0')
+    const b = await agent('decode-3')
+    await a.until(() => a.registry.members().has('decode-3'), 5000, 'decode-3 joined')
+    const client = new EtcdClient(metadataSettings([etcd!.endpoint]).endpoints, 1000)
+    const leaseBefore = (await client.range(`/test-${prefix}/agents/decode-3`)).kvs[0]!.lease
+    await etcd!.kill()
+    await a.until(() => a.registry.state === 'unavailable', TTL * 1000 + 2000, 'a unavailable')
+    await etcd!.start({ fresh: true })
+    const key = `/test-${prefix}/agents/decode-3`
+    await eventually(async () => (await client.range(key)).kvs.length === 1, TTL * 1000 + 3000, 'decode-3 back in etcd')
+    const after = (await client.range(key)).kvs[0]!
+    expect(after.lease).not.toBe(leaseBefore)
+    expect(after.lease).not.toBe('0')
+    expect(JSON.parse(after.value).incarnation).toBe(b.incarnation)
+    await a.until(() => a.registry.state === 'registered', 10_000, 'a registered again')
+    // a listed etcd again while decode-3 may not yet have been back: it had its TTL to return, and did.
+    await new Promise((resolve) => setTimeout(resolve, TTL * 1000 + 1500))
+    expect(a.left).toEqual([])
+    expect(a.registry.members().get('decode-3')?.incarnation).toBe(b.incarnation)
+    client.close()
+  }, 90_000)
+
+  test('an agent gone while etcd was away is taken for gone after its TTL once the view is listed again (\'missing\')', async () => {
+    const a = await agent('prefill-0')
+    const b = await agent('decode-3')
+    await a.until(() => a.registry.members().has('decode-3'), 5000, 'decode-3 joined')
+    await etcd!.kill()
+    await a.until(() => a.registry.state === 'unavailable', TTL * 1000 + 2000, 'a unavailable')
+    await b.registry.close() // cannot revoke: etcd is down
+    await etcd!.start({ fresh: true })
+    await a.until(() => a.left.some((e) => e.record.name === 'decode-3'), 10_000 + TTL * 1000, 'decode-3 left')
+    expect(a.left).toMatchObject([{ reason: 'missing', record: { incarnation: b.incarnation } }])
+  }, 90_000)
+
+  test('etcd frozen (no answer, as behind a partition): an unknown lookup fails within its bound; registered again after', async () => {
+    const a = await agent('prefill-0', { ttlSeconds: 5, requestTimeoutMs: 500 })
+    await etcd!.pause()
+    try {
+      const started = Date.now()
+      const error = await a.registry.lookup('nobody', 10_000).catch((e) => e)
+      expect(error.code).toBe('ERR_METADATA_UNAVAILABLE')
+      expect(error.message).toContain('within 500 ms')
+      console.log(`lookup with etcd frozen failed after ${Date.now() - started} ms (request bound 500 ms)`)
+      await a.until(() => a.registry.state === 'unavailable', 5000, 'a unavailable')
+    } finally {
+      etcd!.resume()
+    }
+    await a.until(() => a.registry.state === 'registered', 10_000, 'a registered again')
+  })
+
+  withEtcd('opening against an etcd that is not there fails with ERR_METADATA_UNAVAILABLE within the request bound', async () => {
+    const settings = metadataSettings({ endpoints: ['http://127.0.0.1:9'], requestTimeoutMs: 300 })
+    const error = await EtcdRegistry.open(settings, { name: 'x', incarnation: randomUUID(), addresses: () => [], segmentsVersion: () => 0 },
+      { joined: () => undefined, left: () => undefined, state: () => undefined }).catch((e) => e)
+    expect(error).toBeInstanceOf(RdmaError)
+    expect(error.code).toBe('ERR_METADATA_UNAVAILABLE')
+  })
+})
