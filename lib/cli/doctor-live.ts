@@ -115,7 +115,7 @@ export async function rdmaCmCheck(view: PortView, address: string, family: 'IPv4
     const ping = await server!.receiveJson({ timeoutMs: left() }) as { doctor?: string }
     await server!.sendJson({ doctor: 'pong' }, { timeoutMs: left() })
     const pong = await client!.receiveJson({ timeoutMs: left() }) as { doctor?: string }
-    if (ping.doctor !== 'ping' || pong.doctor !== 'pong') throw Object.assign(new Error(`messages arrived altered: ${JSON.stringify([ping, pong])}`), { code: 'ERR_DATA' })
+    if (ping.doctor !== 'ping' || pong.doctor !== 'pong') throw Object.assign(new Error(`messages arrived altered: ${JSON.stringify([ping, pong])}`), { code: 'ERR_DATA_MISMATCH' })
     facts.pathMtu = MTU_BYTES[client!.qp.query().pathMtu as number] ?? null
     await client!.disconnect({ timeoutMs: left() })
     facts.elapsedMs = Date.now() - started

@@ -25,6 +25,8 @@ export const LIBRARY_ERROR_CODES = [
   'ERR_TRANSFER', 'ERR_BLOCK_RANGE', 'ERR_PEER_GONE', 'ERR_SEGMENT_EXISTS', 'ERR_SEGMENT_UNKNOWN', 'ERR_SEGMENT_WITHDRAWN', 'ERR_TRANSFER_PROTOCOL',
   // the transfer engine's cluster metadata (lib/transfer/metadata/)
   'ERR_PEER_UNKNOWN', 'ERR_STALE_PEER', 'ERR_METADATA', 'ERR_METADATA_UNAVAILABLE', 'ERR_METADATA_RECORD', 'ERR_NAME_TAKEN',
+  // bytes that arrived other than sent (the doctor's loopback check)
+  'ERR_DATA_MISMATCH',
   // the lock table
   'ERR_LOCK_FENCED', 'ERR_LOCK_LEASE_EXPIRED', 'ERR_LOCK_LOST', 'ERR_LOCK_TIMEOUT',
 ] as const
