@@ -15,7 +15,7 @@ import { WorkRequestEncoder, type LocalBytes, type RemoteBytes, type SendWr } fr
 import { abortError, SlotWait, WorkQueueSlots } from './slots.js'
 import { QueueLedger, type LedgerCq } from './queue-ledger.js'
 import type { HeldRegion } from './held-region.js'
-import { PROMISE_WR_ID_BASE, QP_WR_ID_BASE, TAGGED_WR_ID_BASE, WrIdAllocator } from './wr-ids.js'
+import { PROMISE_WR_ID_BASE, QP_WR_IDS, TAGGED_WR_ID_BASE, type WrIdAllocator } from './wr-ids.js'
 import { PromiseOps, type AtomicSlots, type AtomicTarget } from './promise-ops.js'
 import { TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 import type { CompletionDispatch, CompletionOwner } from './dispatch.js'
@@ -72,7 +72,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   readonly #recvCq: PostingCq
   readonly #sendDispatch: CompletionDispatch
   readonly #srqPendings: PendingIndex | undefined
-  readonly #wrIds = new WrIdAllocator(QP_WR_ID_BASE)
+  readonly #wrIds = QP_WR_IDS
   /** Receives and custom posts are encoded here (used and emptied within one call). */
   readonly #encoder = new WorkRequestEncoder()
   /** The sends gathered in this turn, and their flush (send-flush.ts). */

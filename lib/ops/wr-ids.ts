@@ -4,13 +4,15 @@
 //   [2^50, 2^51)   receives posted to an SRQ (a QP's completion may be either)
 //   [2^51, 2^52)   the promises' fast path (PromiseOps: base + sequence)
 //   [2^52, 2^53)   tagged requests (TaggedOps: base + sequence)
-// Each QP and SRQ allocates from its own WrIdAllocator: no counter is shared.
+// The Pending ranges each have one allocator for the process: a completion
+// left in a CQ by a destroyed QP must not match a request of a new QP that
+// got the same QP number (the rings' ids still restart per QP: issue 27).
 export const QP_WR_ID_BASE = 1
 export const SRQ_WR_ID_BASE = 2 ** 50
 export const PROMISE_WR_ID_BASE = 2 ** 51
 export const TAGGED_WR_ID_BASE = 2 ** 52
 
-/** Consecutive wr_ids for one owner's Pending requests. */
+/** Consecutive wr_ids for Pending requests. */
 export class WrIdAllocator {
   #next: number
   constructor(base: number) { this.#next = base }
@@ -21,3 +23,8 @@ export class WrIdAllocator {
     return first
   }
 }
+
+/** The ids of every QP's Pending requests. */
+export const QP_WR_IDS = new WrIdAllocator(QP_WR_ID_BASE)
+/** The ids of every SRQ's receives. */
+export const SRQ_WR_IDS = new WrIdAllocator(SRQ_WR_ID_BASE)

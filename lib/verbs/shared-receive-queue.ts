@@ -4,7 +4,7 @@ import { call, closedError, fromNative, RdmaError } from '../core/errors.js'
 import { Resource } from '../core/resource.js'
 import { abandonAll, Pending, type CompletionEntry } from '../ops/pending.js'
 import { ReceiveBatch } from '../ops/receive-batch.js'
-import { SRQ_WR_ID_BASE, WrIdAllocator } from '../ops/wr-ids.js'
+import { SRQ_WR_IDS } from '../ops/wr-ids.js'
 import { PendingTable } from '../ops/pending-table.js'
 import { WorkRequestEncoder } from '../ops/encoder.js'
 import { integer, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
@@ -34,7 +34,7 @@ export class SharedReceiveQueue extends Resource {
   readonly #outstanding = new Set<Pending>()
   /** @internal PendingOwner */
   readonly pendings: PendingTable
-  readonly #wrIds = new WrIdAllocator(SRQ_WR_ID_BASE)
+  readonly #wrIds = SRQ_WR_IDS
   readonly #revoked = (rkey: number): void => windowRevoked(this.pd.device, rkey)
   /** Encodes receives (used and emptied within one call). */
   readonly #encoder = new WorkRequestEncoder()

@@ -12,7 +12,8 @@ import { AddressHandle } from './address-handle.js'
 import { LocalSlice, type MemoryRegion } from './memory.js'
 import { RemoteSlice } from './remote.js'
 import { localSges, wrongPd } from './local-sges.js'
-import type { AtomicSlotPool, ProtectionDomain } from './protection-domain.js'
+import type { ProtectionDomain } from './protection-domain.js'
+import type { AtomicSlotPool } from './atomic-slots.js'
 import type { NativeQueuePair } from '../native/addon.js'
 
 /** What building a QP's requests needs of it (a context the QP makes once: not methods a user could call). */
