@@ -31,7 +31,7 @@ export type PostFunction = (wordStart: number, count: number, poll: number) => n
  * or post(0, 1, 0) (SEND_POSTER_ONE). No argument to read, nothing returned.
  */
 export type PostOneFunction = () => void
-/** sendPoster()'s kinds (native/hot_path.h, SendPosterKind): the single request at word 0, without and with a poll after. */
+/** sendPoster()'s kinds (native/hot/hot_path.h, SendPosterKind): the single request at word 0, without and with a poll after. */
 export const SEND_POSTER_ONE = 1
 export const SEND_POSTER_ONE_POLL = 2
 export interface NativeCompletionQueue {
@@ -139,7 +139,7 @@ export interface NativeAddon {
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..') // dist/native/ -> the package
 
-// Layout constants of native/work_request.h and resources.h. They are known
+// Layout constants of native/hot/work_request.h and native/core/resources.h. They are known
 // without the addon (the encoders are pure); load() checks that the addon
 // agrees, so a stale build fails with a clear error, not with corrupt requests.
 export const COMPLETION_WORDS = 16

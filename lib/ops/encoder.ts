@@ -1,5 +1,5 @@
 // Encodes work requests into a reusable Uint32Array that the addon posts with
-// one ibv_post_send/ibv_post_recv call. Layout mirrors native/work_request.h.
+// one ibv_post_send/ibv_post_recv call. Layout mirrors native/hot/work_request.h.
 import { markAsUntransferable } from 'node:worker_threads'
 import { RECV_HEADER_WORDS, SEND_HEADER_WORDS } from '../native/addon.js'
 import { RdmaError } from '../core/errors.js'

@@ -17,7 +17,7 @@ import { QueueLedger, type LedgerCq } from './queue-ledger.js'
 import type { HeldRegion } from './held-region.js'
 import { PROMISE_WR_ID_BASE, QP_WR_IDS, TAGGED_WR_ID_BASE, type WrIdAllocator } from './wr-ids.js'
 import { PromiseOps, type AtomicSlots, type AtomicTarget } from './promise-ops.js'
-import { TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
+import { handlerBusy, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 import type { CompletionDispatch, CompletionOwner } from './dispatch.js'
 import { GatheredSends } from './send-flush.js'
 
@@ -125,9 +125,7 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
   setHandler(handler: CompletionHandler | undefined): void {
     const tagged = this.tagged
     if (handler === undefined) {
-      if (tagged !== undefined && tagged.inFlight > 0) {
-        throw new RdmaError(`The completion handler cannot change while ${tagged.inFlight} tagged requests are in flight`, { code: 'ERR_BUSY' })
-      }
+      if (tagged !== undefined && tagged.inFlight > 0) throw handlerBusy(tagged.inFlight)
       this.tagged = undefined
     } else if (tagged !== undefined) {
       tagged.handler = handler

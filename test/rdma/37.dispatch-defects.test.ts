@@ -380,7 +380,7 @@ describe('5. busy polling when a poll fails', () => {
    * From now on ibv_poll_cq fails with -errno on every CQ of `cq`'s device
    * context (0: the provider's poll again). On rxe, ibv_poll_cq itself never
    * fails (rdma-core's rxe_poll_cq copies entries out of the mapped queue and
-   * returns their count), so the addon's test hook (native/test_hooks.cc)
+   * returns their count), so the addon's test hook (native/test/test_hooks.cc)
    * swaps the context's poll function: the failure comes through
    * libibverbs' own dispatch and the CQ stays usable otherwise. It reaches
    * the native handle as test 45's cq.handle.simulateFdError() does.

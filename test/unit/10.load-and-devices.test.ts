@@ -22,7 +22,7 @@ describe('the addon', () => {
       'QueuePair', 'SharedReceiveQueue', 'AddressHandle', 'MemoryWindow', 'listDevices'] as const) {
       expect(typeof native[name], name).toBe('function')
     }
-    // The TS encoder/decoder rely on these matching native/work_request.h and resources.h.
+    // The TS encoder/decoder rely on these matching native/hot/work_request.h and native/core/resources.h.
     expect(native.completionWords).toBe(16)
     expect(native.sendHeaderWords).toBe(16)
     expect(native.recvHeaderWords).toBe(4)

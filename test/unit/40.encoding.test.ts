@@ -1,5 +1,5 @@
 // Layer 4: the word layout of encoded work requests. It must match
-// native/work_request.{h,cc}: send header 16 words, recv header 4 words, SGE
+// native/hot/work_request.{h,cc}: send header 16 words, recv header 4 words, SGE
 // 4 words (addr lo, addr hi, length, lkey); 64-bit values as lo, hi.
 import { describe, expect, it } from 'vitest'
 import { WorkRequestEncoder } from '../../lib/ops/encoder.js'
@@ -144,7 +144,7 @@ describe('WorkRequestEncoder', () => {
   })
 })
 
-// The native side of the same layout: native/work_request.cc's DecodeSendBatch
+// The native side of the same layout: native/hot/work_request.cc's DecodeSendBatch
 // and DecodeRecvBatch, reached through a test-only export (no device needed),
 // decode what the encoder wrote into ibv_send_wr / ibv_recv_wr lists.
 interface DecodedSge { addr: bigint; length: number; lkey: number }

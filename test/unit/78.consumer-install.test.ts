@@ -116,7 +116,7 @@ describe('the packed tarball', () => {
   it('holds the runtime, the prebuild, the sources for a rebuild, docs and LICENSE; no maps or dev scripts', () => {
     const files = pack.files.map((f) => f.path)
     for (const file of ['package.json', 'LICENSE', 'README.md', 'docs/api.md', 'dist/index.js', 'dist/index.d.ts',
-      'dist/cli/main.js', 'binding.gyp', 'native/addon.cc', 'scripts/install.mjs', 'scripts/softroce.sh',
+      'dist/cli/main.js', 'binding.gyp', 'native/core/addon.cc', 'scripts/install.mjs', 'scripts/softroce.sh',
       `prebuilds/linux-${process.arch}/node-ibverbs.glibc.node`]) {
       expect(files, file).toContain(file)
     }
