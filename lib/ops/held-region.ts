@@ -1,13 +1,16 @@
 // A region as the request bookkeeping sees it: held while a work request in
-// flight names it, released when the device is done with it. The methods are
-// keyed by module-private symbols (the package exports only its entry), so
-// user code cannot release a region the device still uses.
-export const HOLD: unique symbol = Symbol('hold')
+// flight names it, released when the device is done with it. The count and the
+// release are keyed by module-private symbols (the package exports only its
+// entry), so user code cannot release a region the device still uses. The
+// count is a data property: incremented where a request is recorded, as cheap
+// as a plain field (a method there cost ~130 instructions per tagged READ:
+// V8 stopped inlining the ring's claim()).
+export const INFLIGHT: unique symbol = Symbol('inflight')
 export const RELEASE: unique symbol = Symbol('release')
 
 export interface HeldRegion {
-  /** A work request naming this region is about to be posted. */
-  [HOLD](): void
+  /** Work requests in flight that name this region: incremented right before one is posted. */
+  [INFLIGHT]: number
   /** The device is done with a work request that named this region. */
   [RELEASE](): void
 }

@@ -6,7 +6,7 @@
 import { RdmaError } from '../core/errors.js'
 import { wcStatusNames } from '../core/constants.js'
 import type { CompletionStatusCode } from '../core/error-codes.js'
-import { HOLD, RELEASE, type HeldRegion } from './held-region.js'
+import { INFLIGHT, RELEASE, type HeldRegion } from './held-region.js'
 import type { WaitOptions } from '../core/validate.js'
 import type { PendingIndex } from './pending-table.js'
 
@@ -74,8 +74,8 @@ export class Pending {
   /** Registers the request as in flight (call right before posting). */
   track(wait: WaitOptions): void {
     const regions = this.regions
-    if (Array.isArray(regions)) for (const region of regions) region[HOLD]()
-    else (regions as HeldRegion)[HOLD]()
+    if (Array.isArray(regions)) for (const region of regions) region[INFLIGHT]++
+    else (regions as HeldRegion)[INFLIGHT]++
     this.owner.pendings.set(this.lastWrId, this)
     this.counter?.addPending(this.owner)
     if (wait.timeoutMs !== undefined) {

@@ -5,7 +5,7 @@
 // collide. Base of the tagged path (TaggedOps) and of the promises' fast path
 // (PromiseOps); each says how a request is reported.
 import type { RdmaError } from '../core/errors.js'
-import { HOLD, RELEASE, type HeldRegion } from './held-region.js'
+import { INFLIGHT, RELEASE, type HeldRegion } from './held-region.js'
 
 /** What a ring needs of its QP. */
 export interface RingOwner {
@@ -44,7 +44,7 @@ export abstract class RequestRing {
     this.seqs[slot] = seq
     this.verbs[slot] = verb
     this.reported[slot] = 0
-    region[HOLD]()
+    region[INFLIGHT]++
     this.inFlight++
     return seq
   }

@@ -7,7 +7,7 @@ import { explainRegistrationFailure } from '../core/memlock.js'
 import { Resource } from '../core/resource.js'
 import { integer, rangeError, sliceBounds, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { readU64LE } from '../core/u64.js'
-import { HOLD, RELEASE } from '../ops/held-region.js'
+import { INFLIGHT, RELEASE } from '../ops/held-region.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import { remoteRegion, type RemoteDescriptor, type RemoteRegion } from './remote.js'
 import { markAsUntransferable } from 'node:worker_threads'
@@ -76,7 +76,8 @@ export class MemoryRegion extends Resource {
   readonly rkey: number
   /** @internal The registered JS bytes; undefined for library memory (see `bytes`). */
   readonly #jsBytes: Uint8Array | undefined
-  #inflight = 0
+  /** @internal Work requests in flight that name this region (ops/held-region.ts): read `inflight`. */
+  [INFLIGHT] = 0
   /** Whether close() has not run, for assertUsable() per operation (Resource's assertOpen() is a megamorphic access). */
   #open = true
   #idleWaiters: Array<() => void> = []
@@ -209,14 +210,11 @@ export class MemoryRegion extends Resource {
   }
 
   /** Work requests in flight that name this region. */
-  get inflight(): number { return this.#inflight }
-
-  /** @internal Request bookkeeping (ops/held-region.ts): a work request naming this region is about to be posted. */
-  [HOLD](): void { this.#inflight++ }
+  get inflight(): number { return this[INFLIGHT] }
 
   /** @internal Request bookkeeping: the device is done with a work request that named this region. */
   [RELEASE](): void {
-    if (--this.#inflight === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
+    if (--this[INFLIGHT] === 0 && this.#idleWaiters.length > 0) this.#wakeIdle()
   }
 
   #wakeIdle(): void {
