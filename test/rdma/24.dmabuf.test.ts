@@ -7,7 +7,7 @@
 // that bad arguments are refused before the verb is called.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { spawnSync } from 'node:child_process'
-import { closeSync, existsSync, readdirSync, readlinkSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readdirSync, readlinkSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { Access, type Device } from '../../dist/index.js'
@@ -60,6 +60,10 @@ describe('registerDmabuf on Soft-RoCE', () => {
       expect(error?.syscall).toBe('ibv_reg_dmabuf_mr')
       expect(error?.message).toContain(device.name)
       expect(countResources('mr')).toBe(before)
+      // rxe's provider refuses in user space without looking at the fd (strace: no ioctl), so any fd gets the same answer.
+      const devNull = openSync('/dev/null', 'r')
+      expect(() => pd.registerDmabuf(devNull, 0, SIZE, ALL_ACCESS)).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP' }))
+      closeSync(devNull)
       pd.close() // nothing registered holds it
       expect(pd.closed).toBe(true)
     })
