@@ -10,6 +10,7 @@
         "native/core/async_events.cc",
         "native/verbs/pd.cc",
         "native/verbs/memory.cc",
+        "native/verbs/dmabuf.cc",
         "native/verbs/completion_queue.cc",
         "native/hot/work_request.cc",
         "native/verbs/queue_pair.cc",

@@ -119,7 +119,13 @@ export interface NativeAddon {
   Context: new (name: string) => NativeContext
   ProtectionDomain: new (context: NativeContext) => NativeProtectionDomain
   NativeBuffer: new (size: number) => NativeBufferHandle
-  MemoryRegion: new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView, access: number) => NativeMemoryRegion
+  MemoryRegion: {
+    new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView, access: number): NativeMemoryRegion
+    /** A dma-buf range (ibv_reg_dmabuf_mr, looked up at run time). */
+    new (pd: NativeProtectionDomain, dmabufFd: number, access: number, offset: number, length: number, iova: number): NativeMemoryRegion
+  }
+  /** sysconf(_SC_PAGESIZE) */
+  pageSize: number
   CompletionQueue: new (context: NativeContext, entries: number, output: Uint32Array,
     onCompletions: (count: number, syscall?: string) => void, compVector: number) => NativeCompletionQueue
   QueuePair: new (pd: NativeProtectionDomain, options: Record<string, unknown>) => NativeQueuePair

@@ -10,6 +10,7 @@ import { readU64LE } from '../core/u64.js'
 import { INFLIGHT, RELEASE } from '../ops/held-region.js'
 import type { ProtectionDomain } from './protection-domain.js'
 import { remoteRegion, type RemoteDescriptor, type RemoteRegion } from './remote.js'
+import { DmabufRange, registerDmabufHandle } from './dmabuf.js'
 import { markAsUntransferable } from 'node:worker_threads'
 
 
@@ -62,6 +63,10 @@ function viewTooLarge(length: number): RdmaError {
   return new RdmaError(`A view holds at most ${MAX_VIEW_BYTES} bytes (4 GiB), not ${length}: view a window instead (region.slice(offset, length).bytes)`, { code: 'ERR_VIEW_TOO_LARGE' })
 }
 
+function noBytes(): RdmaError {
+  return new RdmaError('A dma-buf region has no bytes view: its memory is the dma-buf exporter\'s (map it through the exporter, e.g. the GPU API)', { code: 'ERR_NO_BYTES' })
+}
+
 export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView
 
 export class MemoryRegion extends Resource {
@@ -74,6 +79,8 @@ export class MemoryRegion extends Resource {
   readonly length: number
   readonly lkey: number
   readonly rkey: number
+  /** Whether this is dma-buf memory (pd.registerDmabuf): no bytes view, never sent inline; `address` is its iova. */
+  readonly dmabuf: boolean
   /** @internal The registered JS bytes; undefined for library memory (see `bytes`). */
   readonly #jsBytes: Uint8Array | undefined
   /** @internal Work requests in flight that name this region (ops/held-region.ts): read `inflight`. */
@@ -84,15 +91,18 @@ export class MemoryRegion extends Resource {
   readonly #jsBacking: ArrayBuffer | undefined
   readonly #memory: NativeMemory | undefined
 
-  /** Not constructible: made by pd.registerMemory() or pd.allocRegion(). */
+  /** Not constructible: made by pd.registerMemory(), pd.allocRegion() or pd.registerDmabuf(). */
   constructor(...notConstructible: never)
   /** @internal */
-  constructor(pd: ProtectionDomain, memory: RegisterableMemory, access: number)
-  constructor(pd: ProtectionDomain, memory: RegisterableMemory, access: number) {
+  constructor(pd: ProtectionDomain, memory: RegisterableMemory | DmabufRange, access: number)
+  constructor(pd: ProtectionDomain, memory: RegisterableMemory | DmabufRange, access: number) {
     super()
     this.pd = pd
     this.access = access
-    if (memory instanceof NativeMemory) {
+    this.dmabuf = memory instanceof DmabufRange
+    if (memory instanceof DmabufRange) {
+      this.handle = registerDmabufHandle(pd, memory, access)
+    } else if (memory instanceof NativeMemory) {
       this.handle = register(() => new native.MemoryRegion(pd.handle, memory.handle, access), memory.size)
       this.#memory = memory
     } else if (isResizable(memory)) {
@@ -134,11 +144,13 @@ export class MemoryRegion extends Resource {
    * region over MAX_VIEW_BYTES: use slice(offset, length).bytes for a window.
    */
   get bytes(): Uint8Array {
+    if (this.dmabuf) throw noBytes()
     return this.#jsBytes ?? this.#memory!.bytes
   }
 
   /** @internal A view of [offset, offset + length) of the registered bytes. */
   window(offset: number, length: number): Uint8Array {
+    if (this.dmabuf) throw noBytes()
     if (this.#jsBytes !== undefined) return this.#jsBytes.subarray(offset, offset + length)
     if (this.length <= MAX_VIEW_BYTES) return this.#memory!.bytes.subarray(offset, offset + length)
     return this.#memory!.window(offset, length)

@@ -11,6 +11,7 @@ import type { QueuePairOptions } from './queue-pair-options.js'
 import { SharedReceiveQueue, type SharedReceiveQueueOptions } from './shared-receive-queue.js'
 import { AddressHandle, type AddressHandleOptions } from './address-handle.js'
 import { MemoryWindow } from './memory-window.js'
+import { dmabufRange } from './dmabuf.js'
 import type { Device } from './device.js'
 
 
@@ -47,6 +48,19 @@ export class ProtectionDomain extends Resource {
       throw new RdmaError('ibv_reg_mr: RemoteWrite and RemoteAtomic access need LocalWrite too', { code: 'EINVAL', errno: 22, syscall: 'ibv_reg_mr' })
     }
     return new MemoryRegion(this, memory, access)
+  }
+
+  /**
+   * Registers `length` bytes from `offset` of a dma-buf (its fd, e.g. GPU
+   * memory exported by CUDA or ROCm) with ibv_reg_dmabuf_mr. The region has
+   * no `bytes`; its `address` is `iova` (default: `offset`), which must have
+   * the page offset of `offset`. EOPNOTSUPP when the device, its kernel
+   * driver or the installed rdma-core (< 34) cannot.
+   */
+  registerDmabuf(fd: number, offset: number, length: number, access: number, iova?: number): MemoryRegion {
+    this.assertOpen()
+    const range = dmabufRange(fd, offset, length, access, iova)
+    return new MemoryRegion(this, range, access)
   }
 
   /** allocBuffer(size) registered with `access`, in one call. */

@@ -32,6 +32,8 @@ export function atomic(qp: QpContext, verb: string, opcode: number, remote: Remo
         if (local.length !== 8) throw rangeError('a local slice of 8 bytes', 'options.local.length', local.length)
         local.region.assertUsable()
         if (local.region.pd !== qp.pd) throw wrongPd('options.local')
+        // The old value is read from it by the CPU when the atomic completes.
+        if (local.region.dmabuf) throw typeError('a slice of memory the CPU can read (not a dma-buf region)', 'options.local', local)
       } else {
         local = qp.atomicSlots.take()
         owned = true

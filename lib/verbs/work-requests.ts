@@ -63,6 +63,8 @@ export function sendWr(qp: QpContext, kind: 'write' | 'read' | 'send', local: un
     boolean(o.inline, `${opNameOf(index)}.inline`, false)
     if (kind === 'read') throw typeError('no inline flag on a read', `${opNameOf(index)}.inline`, true)
     if (length > qp.caps.maxInlineData) throw rangeError(`at most ${qp.caps.maxInlineData} bytes inline (maxInlineData)`, localNameOf(index), length)
+    // Inline data is copied by the CPU from the address: a dma-buf's iova is not one.
+    if (Array.isArray(regions) ? regions.some((r) => r.dmabuf) : regions.dmabuf) throw typeError('memory the CPU can read (not a dma-buf region) for inline data', `${opNameOf(index)}.inline`, true)
     flags |= SendFlags.Inline
   }
   const imm = o.immediate

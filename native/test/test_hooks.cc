@@ -3,9 +3,13 @@
 // Not part of the API: lib/ never calls these and lib/index.ts does not export
 // them; the exported name says so.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "addon.h"
 #include "common.h"
+#include "dmabuf.h"
 #include "gid_entry.h"
 #include "resources.h"
 #include "work_request.h"
@@ -139,6 +143,52 @@ Napi::Value FailPollsForTest(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The two DRM ioctls it needs (kernel uapi drm.h / drm_mode.h, stable ABI),
+// spelled out: the build needs no libdrm headers.
+struct DrmCreateDumb {
+  uint32_t height, width, bpp, flags, handle, pitch;
+  uint64_t size;
+};
+struct DrmPrimeHandle {
+  uint32_t handle, flags;
+  int32_t fd;
+};
+constexpr unsigned long kDrmCreateDumb = _IOWR('d', 0xB2, DrmCreateDumb);
+constexpr unsigned long kDrmPrimeHandleToFd = _IOWR('d', 0x2d, DrmPrimeHandle);
+
+// __testOnlyVgemDmabuf(cardPath, size): a dumb buffer on the vgem card
+// (modprobe vgem), exported as a dma-buf fd (the card fd is closed: the
+// dma-buf keeps the buffer). The kernel's udmabuf would do too, but Debian's
+// 6.1 kernel is built without it (CONFIG_UDMABUF is not set).
+Napi::Value VgemDmabufForTest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ArgString(info, 0, "cardPath");
+  uint32_t size = ArgU32(info, 1, "size");
+  if (size == 0 || size % 4096 != 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "size must be whole 4 KiB pages");
+  int card = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (card < 0) ThrowErrno(env, errno, "open");
+  DrmCreateDumb create{};
+  create.width = 1024;  // 4 KiB rows at 32 bits per pixel
+  create.height = size / 4096;
+  create.bpp = 32;
+  if (ioctl(card, kDrmCreateDumb, &create) != 0) {
+    int err = errno;
+    close(card);
+    ThrowErrno(env, err, "DRM_IOCTL_MODE_CREATE_DUMB");
+  }
+  DrmPrimeHandle prime{};
+  prime.handle = create.handle;
+  prime.flags = O_CLOEXEC | O_RDWR;  // DRM_CLOEXEC | DRM_RDWR
+  int rc = ioctl(card, kDrmPrimeHandleToFd, &prime);
+  int err = errno;
+  close(card);
+  if (rc != 0) ThrowErrno(env, err, "DRM_IOCTL_PRIME_HANDLE_TO_FD");
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("fd", prime.fd);
+  out.Set("size", static_cast<double>(create.size));
+  return out;
+}
+
 }  // namespace
 
 void InitTestHooks(Napi::Env env, Napi::Object exports) {
@@ -146,6 +196,15 @@ void InitTestHooks(Napi::Env env, Napi::Object exports) {
   exports.Set("__testOnlyFailPolls", Napi::Function::New(env, FailPollsForTest));
   // Which way device.gids() reads GID entries: "ibv_query_gid_ex" (found at
   // run time) or "sysfs" (the fallback for rdma-core < 31).
+  // Whether ibv_reg_dmabuf_mr was found at run time; hide: true makes it
+  // missing from now on, as in a libibverbs older than rdma-core 34.
+  exports.Set("__testOnlyDmabufSymbol", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    if (info.Length() > 0 && info[0].IsBoolean() && info[0].As<Napi::Boolean>().Value()) HideRegDmabufMrForTest();
+    return Napi::String::New(info.Env(), HasRegDmabufMr() ? "ibv_reg_dmabuf_mr" : "missing");
+  }));
+  // A real dma-buf for the tests: a vgem (virtual GEM, no hardware) buffer
+  // of `size` bytes exported through PRIME; returns its fd.
+  exports.Set("__testOnlyVgemDmabuf", Napi::Function::New(env, VgemDmabufForTest));
   exports.Set("__testOnlyGidQuery", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     return Napi::String::New(info.Env(), UsesQueryGidEx() ? "ibv_query_gid_ex" : "sysfs");
   }));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "addon.h"
+#include "dmabuf.h"
 #include "resources.h"
 
 namespace ibv {
@@ -126,7 +127,9 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
                         InstanceMethod("isDetached", &MemoryRegionWrap::IsDetached)});
   }
 
-  // new MemoryRegion(pd, nativeBuffer | ArrayBuffer | view, access)
+  // new MemoryRegion(pd, nativeBuffer | ArrayBuffer | view, access), or
+  // new MemoryRegion(pd, dmabufFd, access, offset, length, iova): memory the
+  // dma-buf owns (the kernel holds its own reference while registered).
   explicit MemoryRegionWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<MemoryRegionWrap>(info) {
     Napi::Env env = info.Env();
@@ -134,6 +137,18 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
     auto pd = PdOf(env, info[0]);
     uint32_t access = ArgU32(info, 2, "access");
     auto res = std::make_shared<MrResource>();
+    if (info[1].IsNumber()) {
+      uint32_t fd = ArgU32(info, 1, "fd");
+      double offset = ArgSafeInteger(info, 3, "offset");
+      double length = ArgSafeInteger(info, 4, "length");
+      double iova = ArgSafeInteger(info, 5, "iova");
+      if (fd > INT32_MAX || length == 0) ThrowCode(env, "ERR_OUT_OF_RANGE", "Expected an fd and at least 1 byte");
+      res->mr = RegisterDmabufMr(env, pd->pd, static_cast<uint64_t>(offset), static_cast<size_t>(length),
+                                 static_cast<uint64_t>(iova), static_cast<int>(fd), static_cast<int>(access));
+      res->AdoptParent(pd);
+      resource = res;
+      return;
+    }
     uint8_t* data = nullptr;
     size_t length = 0;
     if (HasTag(env, info[1], Kind::NativeBuffer)) {
@@ -161,6 +176,15 @@ class MemoryRegionWrap : public Napi::ObjectWrap<MemoryRegionWrap> {
   std::shared_ptr<MrResource> resource;
 
  private:
+  // The TypeScript layer checks ranges; this only stops a crash.
+  static double ArgSafeInteger(const Napi::CallbackInfo& info, size_t index, const char* name) {
+    double value = info.Length() > index && info[index].IsNumber() ? info[index].As<Napi::Number>().DoubleValue() : -1;
+    if (!(value >= 0 && value <= 9007199254740991.0 && value == static_cast<double>(static_cast<uint64_t>(value)))) {
+      ThrowCode(info.Env(), "ERR_OUT_OF_RANGE", std::string("Expected a non-negative integer for ") + name);
+    }
+    return value;
+  }
+
   Napi::Value Info(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     ibv_mr* mr = Live(env, resource, "MemoryRegion")->mr;
@@ -195,6 +219,8 @@ std::shared_ptr<MrResource> MrOf(Napi::Env env, Napi::Value value) {
 }
 
 void InitMemory(Napi::Env env, Napi::Object exports, AddonData* data) {
+  // For the dma-buf checks (iova and offset must share their page offset).
+  exports.Set("pageSize", static_cast<double>(sysconf(_SC_PAGESIZE)));
   Napi::Function buffer = NativeBufferWrap::Define(env);
   exports.Set("NativeBuffer", buffer);
   Napi::Function region = MemoryRegionWrap::Define(env);

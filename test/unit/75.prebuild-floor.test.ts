@@ -92,3 +92,23 @@ describe('ibv_query_gid_ex without IBVERBS_1.11', () => {
     expect(which({ NODE_IBVERBS_GID_FALLBACK: '1' })).toBe('sysfs')
   })
 })
+
+describe('ibv_reg_dmabuf_mr without IBVERBS_1.12', () => {
+  // pd.registerDmabuf's verb (rdma-core 34) is looked up at run time too: the
+  // binary must not reference it at all (a weak reference would pass the
+  // floor above but still name IBVERBS_1.12).
+  const addonPath = join(root, 'build', 'Release', 'node_ibverbs.node')
+
+  it('is not among the symbols the binary imports', () => {
+    const out = spawnSync('objdump', ['-T', addonPath], { encoding: 'utf8', timeout: 60_000 })
+    expect(out.status, out.stderr).toBe(0)
+    expect(out.stdout).toContain('ibv_reg_mr') // the listing has the verbs it does import
+    expect(out.stdout.split('\n').filter((l) => /\*UND\*.*ibv_reg_dmabuf_mr/.test(l))).toEqual([])
+  })
+
+  it('is found at run time in a libibverbs that has it', () => {
+    const out = spawnSync(process.execPath, ['-e', `console.log(require(${JSON.stringify(addonPath)}).__testOnlyDmabufSymbol())`],
+      { encoding: 'utf8', timeout: 60_000, env: { ...process.env, NODE_IBVERBS_TEST_HOOKS: '1' } })
+    expect(out.stdout.trim(), out.stderr).toBe('ibv_reg_dmabuf_mr')
+  })
+})
