@@ -80,20 +80,39 @@ afterAll(async () => {
 })
 
 describe('bounds by progress', () => {
+  it('bounds and progress listeners that are not what they must be are refused with a code, before anything is posted', async () => {
+    const src = agent.register('bad', { size: BLOCK })
+    const blocks: Block[] = [{ local: [src, 0], remote: ['kv', 0], length: BLOCK }]
+    await expect(agent.write(peer, blocks, { stallTimeoutMs: 0 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
+    await expect(agent.write(peer, blocks, { stallTimeoutMs: 'soon' as unknown as number })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+    await expect(agent.write(peer, blocks, { onProgress: 42 as unknown as () => void })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+    await expect(TransferAgent.create({ host, stallTimeoutMs: -1 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
+    await expect(TransferAgent.create({ host, transferTimeoutMs: 1.5 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
+    // A listener that throws fails its transfer with that error as the cause (no unhandled exception).
+    const thrown = new Error('listener bug')
+    const failed = await agent.write(peer, blocks, { onProgress: () => { throw thrown } }).catch((e: unknown) => e)
+    expect(failed).toBeInstanceOf(TransferError)
+    expect((failed as TransferError).cause).toBe(thrown)
+    await agent.unregister(src)
+  }, 60_000)
+
   it('a read whose completions keep coming is not failed by a stall bound shorter than the whole read', async () => {
-    const STALL = 400
-    const dst = agent.register('whole', { size: SIZE })
+    const STALL = 800
+    // The peer's segment twice over (128 MiB), so that the read outlasts its stall bound several times.
+    const dst = agent.register('whole', { size: 2 * SIZE })
     const progress: number[] = []
-    const blocks: Block[] = Array.from({ length: SIZE / (64 << 10) }, (_, i) => ({ local: [dst, i * (64 << 10)], remote: ['kv', i * (64 << 10)], length: 64 << 10 }))
+    const CHUNK = 64 << 10
+    const blocks: Block[] = Array.from({ length: (2 * SIZE) / CHUNK }, (_, i) => ({ local: [dst, i * CHUNK], remote: ['kv', (i * CHUNK) % SIZE], length: CHUNK }))
     const result = await within(agent.read(peer, blocks, { stallTimeoutMs: STALL, onProgress: (bytes) => progress.push(bytes) }), 120_000, 'the read')
-    expect(result.bytes).toBe(SIZE)
+    expect(result.bytes).toBe(2 * SIZE)
     // The premise: the read outlasted its stall bound (else this proves nothing).
     expect(result.ms, 'the read took longer than stallTimeoutMs').toBeGreaterThan(STALL)
-    expect(Buffer.compare(dst.bytes, expected), 'every byte read').toBe(0)
+    expect(Buffer.compare(dst.bytes.subarray(0, SIZE), expected), 'every byte read (first copy)').toBe(0)
+    expect(Buffer.compare(dst.bytes.subarray(SIZE), expected), 'every byte read (second copy)').toBe(0)
     // Progress: bytes confirmed, rising, at most once per batch, ending at the whole.
     expect(progress.length).toBeGreaterThan(1)
     for (let i = 1; i < progress.length; i++) expect(progress[i]!).toBeGreaterThan(progress[i - 1]!)
-    expect(progress.at(-1)).toBe(SIZE)
+    expect(progress.at(-1)).toBe(2 * SIZE)
     expect(progress.length).toBeLessThanOrEqual(result.workRequests)
     await agent.unregister(dst)
   }, 180_000)
