@@ -82,6 +82,7 @@ afterAll(async () => {
 describe('bounds by progress', () => {
   it('bounds and progress listeners that are not what they must be are refused with a code, before anything is posted', async () => {
     const src = agent.register('bad', { size: BLOCK })
+    src.bytes.set(expected.subarray(0, BLOCK)) // what the peer has there: the write that lands changes nothing
     const blocks: Block[] = [{ local: [src, 0], remote: ['kv', 0], length: BLOCK }]
     await expect(agent.write(peer, blocks, { stallTimeoutMs: 0 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
     await expect(agent.write(peer, blocks, { stallTimeoutMs: 'soon' as unknown as number })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
@@ -154,6 +155,38 @@ describe('bounds by progress', () => {
 })
 
 describe('landed blocks after the peer is killed', () => {
+  it('completions still in the CQ when the link closes count as landed (the transfer rejects after they are delivered)', async () => {
+    const COUNT = 8192
+    const dst = agent.register('closing', { size: COUNT * BLOCK })
+    const remoteAt = (i: number): number => ((i * 4099) % COUNT) * BLOCK
+    const blocks: Block[] = Array.from({ length: COUNT }, (_, i) => ({ local: [dst, i * BLOCK], remote: ['kv', remoteAt(i)], length: BLOCK }))
+    let atClose = -1
+    const outcome = await within(agent.read(peer, blocks, {
+      onProgress: (confirmed) => {
+        if (atClose >= 0) return
+        atClose = confirmed
+        // Busy for a while: the device completes the batches in flight into
+        // the CQ, and nothing polls it. Then the link closes: closing its QPs
+        // delivers those completions.
+        const until = performance.now() + 100
+        while (performance.now() < until) { /* busy */ }
+        agent.closePeer(peer)
+      },
+    }).then(() => 'done', (e: unknown) => e), 60_000, 'the read to settle after closePeer')
+    expect(outcome).toBeInstanceOf(TransferError)
+    const error = outcome as TransferError
+    expect(error.code).toBe('ERR_CLOSED')
+    expect(error.bytesLanded, 'the completions delivered by the close were counted').toBeGreaterThan(atClose)
+    for (let i = 0; i < COUNT; i++) {
+      if (!error.blockLanded(i)) continue
+      const at = remoteAt(i)
+      if (Buffer.compare(dst.bytes.subarray(i * BLOCK, (i + 1) * BLOCK), expected.subarray(at, at + BLOCK)) !== 0) expect.fail(`block ${i} is reported landed but its bytes are not the peer's`)
+    }
+    expect(error.bytesLanded).toBe(error.blocksLanded * BLOCK)
+    await agent.unregister(dst)
+    peer = await agent.connect({ host, port: child!.port, timeoutMs: 20_000 })
+  }, 120_000)
+
   it('a read cut by a kill reports the blocks completions confirmed, each one byte-correct here, and their bytes as bytesLanded', async () => {
     const COUNT = 8192 // 32 MiB of 4 KiB blocks, shuffled: one slice each, many batches in flight
     const dst = agent.register('cut', { size: COUNT * BLOCK })
