@@ -13,7 +13,7 @@ import { MAX_NOTIFICATION_BYTES, type ControlMessage, type NotifyMessage } from 
 import { acceptLink, connectLink, Link, MAX_QPS, type LinkSettings } from './link.js'
 import { Peer } from './peer.js'
 import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type CheckedPlan, type TransferOp } from './plan.js'
-import { TransferRun, type TransferResult } from './run.js'
+import { TransferRun, type TransferProgressListener, type TransferResult } from './run.js'
 import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentRights } from './segments.js'
 import { totalStats, type PeerStats } from './stats.js'
 import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataSetting, type MetadataState, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
@@ -51,8 +51,14 @@ export interface TransferAgentOptions {
   ackTimeout?: number
   /** Bound on the handshake with a peer (default 10000 ms). */
   handshakeTimeoutMs?: number
-  /** Bound on a transfer that gives no timeoutMs (default 120000 ms): none waits forever. */
+  /**
+   * Overall bound on a transfer that gives no timeoutMs (default: none: a
+   * transfer that keeps progressing runs as long as it needs; the stall
+   * bound ends a dead one).
+   */
   transferTimeoutMs?: number
+  /** A transfer that gives no stallTimeoutMs fails with ERR_STALLED after this long without a completion (default 10000 ms). */
+  stallTimeoutMs?: number
 }
 
 export interface RegisterOptions {
@@ -95,6 +101,10 @@ export type NotificationMessage = string | Uint8Array
 export interface TransferOptions extends WaitOptions {
   /** Sent to the peer after every byte of this transfer is in place (in call order per peer). */
   notify?: NotificationMessage
+  /** Fails the transfer with ERR_STALLED after this many ms without a completion (default: the agent's stallTimeoutMs). */
+  stallTimeoutMs?: number
+  /** Called with the bytes confirmed so far and the total, at most once per completed batch. */
+  onProgress?: TransferProgressListener
 }
 
 export interface Notification {
@@ -118,7 +128,7 @@ export class TransferPlan {
   run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
 }
 
-const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, transferTimeoutMs: 120_000 }
+const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 function deviceFor(host: string, name: string | undefined): Device {
@@ -175,7 +185,8 @@ export class TransferAgent extends EventEmitter {
   readonly sliceBytes: number
   readonly #settings: LinkSettings
   readonly #handshakeMs: number
-  readonly #transferMs: number
+  readonly #transferMs: number | undefined
+  readonly #stallMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #iterators = new Set<(n: Notification | undefined) => void>()
@@ -192,7 +203,8 @@ export class TransferAgent extends EventEmitter {
     this.qpsPerPeer = integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS)
     const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
     this.sliceBytes = Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage)
-    this.#transferMs = integer(options.transferTimeoutMs ?? DEFAULTS.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
+    this.#transferMs = options.transferTimeoutMs === undefined ? undefined : integer(options.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
+    this.#stallMs = integer(options.stallTimeoutMs ?? DEFAULTS.stallTimeoutMs, 'options.stallTimeoutMs', 1, 2 ** 31)
     this.#handshakeMs = integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31)
     this.#settings = {
       pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
@@ -436,7 +448,8 @@ export class TransferAgent extends EventEmitter {
   #linkFailed(peer: Peer, link: Link, error: Error): void {
     if (link.error) return
     const coded = error instanceof RdmaError ? error : new RdmaError(error.message, { code: 'ECONNRESET', cause: error })
-    for (const run of link.runs) run.fail(run.failure(coded, 'the link to the peer failed'))
+    // Each run fails once closing the QPs has delivered the completions already in the CQ (they count as landed).
+    for (const run of link.runs) run.linkFailed(coded, 'the link to the peer failed')
     link.fail(coded)
     if (!this.#closed) this.emit('peerLost', { peer, error: coded })
   }
@@ -515,6 +528,7 @@ export class TransferAgent extends EventEmitter {
   /** Sends a notification alone (ordered with those of transfers). */
   async notify(peer: Peer, message: NotificationMessage, options: WaitOptions = {}): Promise<void> {
     const wait = this.#bounded(optionalObject(options, 'options'))
+    wait.timeoutMs ??= this.#stallMs // one send: no completion within the stall bound is a stall
     const encoded = encodeNotification(message)
     const link = await this.#linkOf(peer, wait)
     await bounded(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
@@ -530,7 +544,9 @@ export class TransferAgent extends EventEmitter {
     let used = segmentsUsed(checked)
     let checkedOn = link
     return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
-      const wait = this.#bounded(optionalObject(options, 'options'))
+      const o = optionalObject(options, 'options')
+      const wait = this.#bounded(o)
+      const progress = this.#progressOptions(o)
       const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
       const current = await this.#linkOf(peer, wait)
       if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
@@ -539,29 +555,37 @@ export class TransferAgent extends EventEmitter {
         checkedOn = current
       }
       assertCurrent(checked, used)
-      return this.#run(peer, current, checked, notify, wait)
+      return this.#run(peer, current, checked, notify, wait, progress)
     })
   }
 
   async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
     const o = optionalObject(options, 'options')
     const wait = this.#bounded(o)
+    const progress = this.#progressOptions(o)
     const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
     const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
-    return this.#run(peer, link, plan, notify, wait)
+    return this.#run(peer, link, plan, notify, wait, progress)
   }
 
-  /** The caller's wait, with the agent's default bound when it gives none. */
+  /** The caller's wait, with the agent's default overall bound (if any) when it gives none. */
   #bounded(options: Record<string, unknown>): WaitOptions {
     const wait = waitOptions(options)
-    wait.timeoutMs ??= this.#transferMs
+    if (this.#transferMs !== undefined) wait.timeoutMs ??= this.#transferMs
     return wait
   }
 
-  #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions): Promise<TransferResult> {
+  #progressOptions(o: Record<string, unknown>): { stallTimeoutMs: number; onProgress: TransferProgressListener | undefined } {
+    const stallTimeoutMs = integer(o.stallTimeoutMs ?? this.#stallMs, 'options.stallTimeoutMs', 1, 2 ** 31)
+    if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw typeError('a function', 'options.onProgress', o.onProgress)
+    return { stallTimeoutMs, onProgress: o.onProgress as TransferProgressListener | undefined }
+  }
+
+  #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions,
+    progress: { stallTimeoutMs: number; onProgress: TransferProgressListener | undefined }): Promise<TransferResult> {
     return new Promise<TransferResult>((resolve, reject) => {
       const counters = peer.counters
       let dataPlaced: ((ok: boolean) => void) | undefined
@@ -599,7 +623,7 @@ export class TransferAgent extends EventEmitter {
         return
       }
       link.runs.add(run)
-      run.start(link.posters, wait.timeoutMs, wait.signal)
+      run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress })
     })
   }
 

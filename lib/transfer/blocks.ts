@@ -4,6 +4,7 @@
 // one work request may carry, and split into one contiguous run per QP.
 import { RdmaError } from '../core/errors.js'
 import { rangeError } from '../core/validate.js'
+import { blockMap, type BlockMap } from './landed.js'
 
 /** Blocks in columns: block i moves len[i] bytes between (lseg[i], loff[i]) here and (rseg[i], roff[i]) there. */
 export interface BlockColumns {
@@ -92,11 +93,17 @@ export function remoteOrderIndexes(cols: BlockColumns): Uint32Array {
  * list of neighbours still merges. The bytes moved are the same.
  */
 export function coalesce(cols: BlockColumns): BlockColumns {
+  return coalesceRuns(cols).runs
+}
+
+/** coalesce(), with which blocks each run holds: run m is the blocks at order positions starts[m] .. starts[m + 1]. */
+export function coalesceRuns(cols: BlockColumns): { runs: BlockColumns; order: Uint32Array | undefined; starts: Uint32Array } {
   const n = cols.count
   let sorted = true
   for (let i = 1; i < n && sorted; i++) if (remoteOrder(cols, i - 1, i) > 0) sorted = false
   const order = sorted ? undefined : remoteOrderIndexes(cols)
   const out = emptyColumns(n)
+  const starts = new Uint32Array(n + 1)
   let m = -1
   for (let k = 0; k < n; k++) {
     const i = order ? order[k]! : k
@@ -106,6 +113,7 @@ export function coalesce(cols: BlockColumns): BlockColumns {
       continue
     }
     m++
+    starts[m] = k
     out.lseg[m] = cols.lseg[i]!
     out.loff[m] = cols.loff[i]!
     out.rseg[m] = cols.rseg[i]!
@@ -113,20 +121,31 @@ export function coalesce(cols: BlockColumns): BlockColumns {
     out.len[m] = cols.len[i]!
   }
   out.count = m + 1
-  return out
+  starts[m + 1] = n
+  return { runs: out, order, starts: starts.subarray(0, m + 2) }
 }
 
 /** Cuts every block into slices of at most `maxBytes` (one work request each), in order. */
 export function slice(cols: BlockColumns, maxBytes: number): BlockColumns {
+  return sliceRuns(cols, maxBytes).slices
+}
+
+/** slice(), with the run (entry of `cols`) each slice was cut from. */
+export function sliceRuns(cols: BlockColumns, maxBytes: number): { slices: BlockColumns; run: Uint32Array } {
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw rangeError('a slice size of at least 1 byte', 'sliceBytes', maxBytes)
   let total = 0
   for (let i = 0; i < cols.count; i++) total += Math.ceil(cols.len[i]! / maxBytes)
-  if (total === cols.count) return cols
+  const run = new Uint32Array(total)
+  if (total === cols.count) {
+    for (let i = 0; i < total; i++) run[i] = i
+    return { slices: cols, run }
+  }
   const out = emptyColumns(total)
   let m = 0
   for (let i = 0; i < cols.count; i++) {
     const len = cols.len[i]!
     for (let at = 0; at < len; at += maxBytes, m++) {
+      run[m] = i
       out.lseg[m] = cols.lseg[i]!
       out.loff[m] = cols.loff[i]! + at
       out.rseg[m] = cols.rseg[i]!
@@ -134,7 +153,7 @@ export function slice(cols: BlockColumns, maxBytes: number): BlockColumns {
       out.len[m] = Math.min(maxBytes, len - at)
     }
   }
-  return out
+  return { slices: out, run }
 }
 
 /**
@@ -164,13 +183,16 @@ export interface SlicePlan {
   blocks: number
   /** QPs with at least one slice. */
   qps: number
+  /** From slices back to the caller's blocks (what landed.ts tallies). */
+  map: BlockMap
 }
 
 /** Coalesces, slices and stripes validated blocks. */
 export function planSlices(cols: BlockColumns, maxSliceBytes: number, qps: number, bytes: number): SlicePlan {
-  const slices = slice(coalesce(cols), maxSliceBytes)
+  const { runs, order, starts } = coalesceRuns(cols)
+  const { slices, run } = sliceRuns(runs, maxSliceBytes)
   const bounds = stripe(slices, qps)
   let used = 0
   for (let q = 0; q < qps; q++) if (bounds[q + 1]! > bounds[q]!) used++
-  return { slices, bounds, bytes, blocks: cols.count, qps: used }
+  return { slices, bounds, bytes, blocks: cols.count, qps: used, map: blockMap(cols, order, starts, slices, run) }
 }

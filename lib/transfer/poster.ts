@@ -7,7 +7,7 @@
 import type { QueuePair } from '../verbs/queue-pair.js'
 
 /** A batch a source posted: its work requests, the bytes they move, and its completion. */
-export interface PostedBatch { wrs: number; bytes: number; done: Promise<void> }
+export interface PostedBatch { wrs: number; bytes: number; /** Its slices: from .. to of the plan. */ from: number; to: number; done: Promise<void> }
 
 /** A transfer's work for one QP. */
 export interface PostSource {
@@ -21,9 +21,12 @@ export interface PostSource {
    * it names was unregistered meanwhile): that fails this transfer alone.
    */
   postNext(q: number, max: number, qp: QueuePair): PostedBatch
-  batchDone(bytes: number, wrs: number): void
-  /** `linkBroken`: the QP is in the error state or closed (not a refusal of this batch alone). */
-  batchFailed(error: Error, linkBroken: boolean): void
+  batchDone(batch: PostedBatch): void
+  /**
+   * `linkBroken`: the QP is in the error state or closed (not a refusal of
+   * this batch alone); `posted`: the batch was posted (else refused before).
+   */
+  batchFailed(error: Error, linkBroken: boolean, posted: boolean): void
 }
 
 export class QpPoster {
@@ -57,20 +60,20 @@ export class QpPoster {
       try {
         batch = source.postNext(this.index, this.#batch, this.qp)
       } catch (error) {
-        source.batchFailed(error as Error, this.#linkBroken())
+        source.batchFailed(error as Error, this.#linkBroken(), false)
         continue
       }
       if (source.hasMore(this.index)) this.#queue.push(source)
-      const { wrs, bytes } = batch
+      const { wrs } = batch
       if (wrs === 0) continue
       this.#inflight += wrs
       batch.done.then(() => {
         this.#inflight -= wrs
-        source.batchDone(bytes, wrs)
+        source.batchDone(batch)
         this.pump()
       }, (error: Error) => {
         this.#inflight -= wrs
-        source.batchFailed(error, this.#linkBroken())
+        source.batchFailed(error, this.#linkBroken(), true)
         this.pump()
       })
     }

@@ -1,14 +1,16 @@
 // One run of a checked plan on a peer link: hands its slices to the link's
 // QP posters, counts what completions confirm, and settles exactly once —
-// done (after the notification, if any, is sent), or failed / timed out /
-// aborted with the bytes known to have landed.
+// done (after the notification, if any, is sent), or failed / stalled /
+// timed out / aborted with the blocks known to have landed.
 import { SendFlags, WrOpcode } from '../core/constants.js'
 import { RdmaError } from '../core/errors.js'
 import type { MemoryRegion } from '../verbs/memory.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import type { CheckedPlan } from './plan.js'
 import type { PostedBatch, PostSource, QpPoster } from './poster.js'
-import { codeOf, TransferError } from './transfer-error.js'
+import type { RdmaErrorCode } from '../core/error-codes.js'
+import { LandedBlocks } from './landed.js'
+import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
 
 /** What a successful transfer resolves with. */
 export interface TransferResult {
@@ -32,40 +34,96 @@ export interface RunHooks {
   settled(run: TransferRun, error: Error | undefined, result: TransferResult | undefined): void
 }
 
+/** Called with the bytes confirmed so far (completions) and the transfer's total, at most once per completed batch. */
+export type TransferProgressListener = (bytesConfirmed: number, bytes: number) => void
+
+/** The bounds of one run: none of them is required (the agent gives defaults). */
+export interface RunBounds {
+  /** Overall bound, from start. */
+  timeoutMs: number | undefined
+  /** Fails the run when no completion came for this long. */
+  stallTimeoutMs: number | undefined
+  signal: AbortSignal | undefined
+  onProgress: TransferProgressListener | undefined
+}
+
+/** A failure that waits for the run's batches in flight to settle (so that their completions are counted). */
+interface Pending { cause: unknown; why: string }
+
 export class TransferRun implements PostSource {
-  settled = false
   readonly #plan: CheckedPlan
   readonly #cursor: Uint32Array
   readonly #hooks: RunHooks
   readonly #started = performance.now()
-  #landed = 0
+  readonly #landed: LandedBlocks
+  /** Bytes of completed slices (blocks partly landed included): what progress reports. */
+  #confirmed = 0
   #slicesLeft: number
+  /** This run's batches posted and not settled. */
+  #inflight = 0
+  #done = false
+  #pending: Pending | undefined
   #timer: NodeJS.Timeout | undefined
+  #stallTimer: NodeJS.Timeout | undefined
+  #stallMs = 0
+  #lastProgress = 0
   #signal: AbortSignal | undefined
-  readonly #onAbort = (): void => this.fail(new TransferError(`Transfer aborted after ${this.#landed} of ${this.#plan.bytes} bytes`, {
-    code: 'ABORT_ERR', bytesLanded: this.#landed, bytes: this.#plan.bytes, peer: this.#hooks.peer, cause: this.#signal?.reason,
-  }))
+  #onProgress: TransferProgressListener | undefined
+  readonly #onAbort = (): void => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, this.#signal?.reason))
 
   constructor(plan: CheckedPlan, hooks: RunHooks) {
     this.#plan = plan
     this.#hooks = hooks
     this.#cursor = plan.bounds.slice(0, plan.bounds.length - 1)
     this.#slicesLeft = plan.slices.count
+    this.#landed = new LandedBlocks(plan.map)
   }
 
-  /** Queues the run on the posters, bounded by `timeoutMs` and `signal`. */
-  start(posters: readonly QpPoster[], timeoutMs: number | undefined, signal: AbortSignal | undefined): void {
+  /** Settled, or failing once its batches in flight settle: post nothing more for it. */
+  get settled(): boolean { return this.#done || this.#pending !== undefined }
+
+  /** Queues the run on the posters, bounded by `timeoutMs`, `stallTimeoutMs` and `signal`. */
+  start(posters: readonly QpPoster[], bounds: RunBounds): void {
+    const { timeoutMs, stallTimeoutMs, signal } = bounds
+    this.#onProgress = bounds.onProgress
     if (signal?.aborted) { this.#signal = signal; return this.#onAbort() }
     if (timeoutMs !== undefined) {
-      this.#timer = setTimeout(() => this.fail(new TransferError(`Transfer timed out after ${timeoutMs} ms with ${this.#landed} of ${this.#plan.bytes} bytes landed`, {
-        code: 'ETIMEDOUT', bytesLanded: this.#landed, bytes: this.#plan.bytes, peer: this.#hooks.peer,
-      })), timeoutMs)
+      this.#timer = setTimeout(() => this.fail(this.#error('ETIMEDOUT', `Transfer timed out after ${timeoutMs} ms with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`)), timeoutMs)
+    }
+    if (stallTimeoutMs !== undefined) {
+      // One timer per run, re-armed for what is left of the bound when it
+      // fires: progress costs a clock read, not a timer per batch.
+      this.#stallMs = stallTimeoutMs
+      this.#lastProgress = performance.now()
+      this.#stallTimer = setTimeout(this.#checkStall, stallTimeoutMs)
     }
     if (signal) {
       this.#signal = signal
       signal.addEventListener('abort', this.#onAbort, { once: true })
     }
     for (const poster of posters) poster.add(this)
+  }
+
+  readonly #checkStall = (): void => {
+    if (this.#done) return
+    const idle = performance.now() - this.#lastProgress
+    if (idle < this.#stallMs) {
+      this.#stallTimer = setTimeout(this.#checkStall, this.#stallMs - idle)
+      return
+    }
+    // Waiting for batches after a failure that never settle: report that failure.
+    if (this.#pending) return this.#settle(this.#failure(this.#pending.cause, this.#pending.why), undefined)
+    this.fail(this.#error('ERR_STALLED', `Transfer stalled: no completion for ${this.#stallMs} ms, with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`))
+  }
+
+  #error(code: RdmaErrorCode, message: string, cause?: unknown): TransferError {
+    return new TransferError(message, {
+      code, ...this.#report(), bytes: this.#plan.bytes, peer: this.#hooks.peer, ...(cause !== undefined ? { cause } : {}),
+    })
+  }
+
+  #report(): LandedReport {
+    return { bytesLanded: this.#landed.bytes, blocksLanded: this.#landed.count, landedBlocks: this.#landed.bitmap }
   }
 
   hasMore(q: number): boolean {
@@ -76,7 +134,7 @@ export class TransferRun implements PostSource {
     const { slices, wire, locals, remotes } = this.#plan
     const from = this.#cursor[q]!
     const to = Math.min(this.#plan.bounds[q + 1]!, from + max)
-    if (to <= from) return { wrs: 0, bytes: 0, done: Promise.resolve() }
+    if (to <= from) return { wrs: 0, bytes: 0, from, to: from, done: Promise.resolve() }
     this.#cursor[q] = to
     // The local regions the batch names (held until it completes); a segment
     // unregistered since the plan was checked refuses the batch, before any
@@ -109,24 +167,56 @@ export class TransferRun implements PostSource {
           wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
       }
     })
-    return { wrs: to - from, bytes, done }
+    this.#inflight++
+    return { wrs: to - from, bytes, from, to, done }
   }
 
-  batchDone(bytes: number, wrs: number): void {
-    this.#landed += bytes
-    this.#slicesLeft -= wrs
-    if (this.#slicesLeft > 0 || this.settled) return
+  batchDone(batch: PostedBatch): void {
+    if (this.#done) return
+    this.#inflight--
+    this.#landed.add(this.#plan.slices, batch.from, batch.to)
+    this.#confirmed += batch.bytes
+    this.#slicesLeft -= batch.wrs
+    this.#lastProgress = performance.now()
+    if (this.#onProgress) {
+      try {
+        this.#onProgress(this.#confirmed, this.#plan.bytes)
+      } catch (error) {
+        return this.fail(this.#failure(error, 'its onProgress callback threw'))
+      }
+    }
+    if (this.#pending) return this.#drained()
+    if (this.#slicesLeft > 0) return
     const notify = this.#hooks.notify
     if (!notify) return this.#succeed()
     notify().then(() => this.#succeed(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be sent')))
   }
 
-  batchFailed(error: Error, linkBroken: boolean): void {
+  batchFailed(error: Error, linkBroken: boolean, posted: boolean): void {
+    if (this.#done) return
+    if (posted) this.#inflight--
+    this.#pending ??= { cause: error, why: linkBroken ? 'a work request failed' : 'a batch was refused' }
     if (linkBroken) this.#hooks.onBatchError(error)
-    this.fail(this.#failure(error, linkBroken ? 'a work request failed' : 'a batch was refused'))
+    this.#drained()
   }
 
-  /** Rejects with `error` unless settled already. */
+  /**
+   * The link failed (`cause`): the run fails once its batches in flight have
+   * settled (closing the QPs delivers the completions already in the CQ, and
+   * they count as landed), or at once when none is in flight.
+   */
+  linkFailed(cause: unknown, why: string): void {
+    if (this.#done) return
+    this.#pending ??= { cause, why }
+    this.#drained()
+  }
+
+  /** Settles a pending failure when nothing of the run is in flight. */
+  #drained(): void {
+    if (this.#pending && this.#inflight === 0) this.#settle(this.#failure(this.#pending.cause, this.#pending.why), undefined)
+  }
+
+  /** Rejects with `error` now (abort, timeout, stall), unless settled already. */
   fail(error: Error): void {
     this.#settle(error, undefined)
   }
@@ -138,8 +228,8 @@ export class TransferRun implements PostSource {
 
   #failure(cause: unknown, why: string): TransferError {
     const status = (cause as { status?: string })?.status
-    return new TransferError(`Transfer failed (${why}: ${(cause as Error)?.message ?? cause}) with ${this.#landed} of ${this.#plan.bytes} bytes landed`, {
-      code: codeOf(cause), bytesLanded: this.#landed, bytes: this.#plan.bytes, peer: this.#hooks.peer, cause, ...(status ? { status } : {}),
+    return new TransferError(`Transfer failed (${why}: ${(cause as Error)?.message ?? cause}) with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`, {
+      code: codeOf(cause), ...this.#report(), bytes: this.#plan.bytes, peer: this.#hooks.peer, cause, ...(status ? { status } : {}),
     })
   }
 
@@ -149,9 +239,10 @@ export class TransferRun implements PostSource {
   }
 
   #settle(error: Error | undefined, result: TransferResult | undefined): void {
-    if (this.settled) return
-    this.settled = true
+    if (this.#done) return
+    this.#done = true
     clearTimeout(this.#timer)
+    clearTimeout(this.#stallTimer)
     this.#signal?.removeEventListener('abort', this.#onAbort)
     this.#hooks.settled(this, error, result)
   }
