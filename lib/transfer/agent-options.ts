@@ -1,0 +1,112 @@
+// The options, events and results of a TransferAgent (agent.ts).
+import type { WaitOptions } from '../core/validate.js'
+import type { RdmaError } from '../core/errors.js'
+import type { RegisterableMemory } from '../verbs/memory.js'
+import type { Peer } from './peer.js'
+import type { SegmentRights } from './segments.js'
+import type { PeerStats } from './stats.js'
+import type { TransferProgressListener } from './run.js'
+import type { MetadataSetting, MetadataStateEvent, PeerLeftEvent, PeerRecord } from './metadata/index.js'
+
+export interface TransferAgentOptions {
+  /** Address of this agent's RDMA device to listen on. */
+  host: string
+  /** 0 (default) picks a free port: see agent.port. */
+  port?: number
+  /** The device (default: the one that has `host`, else the first active one). */
+  device?: string
+  /** A name peers see (default: a random id); with `metadata`, required: the agent's key in the cluster. */
+  name?: string
+  /**
+   * Cluster metadata: etcd endpoints (['http://10.0.0.5:2379']) or
+   * { endpoints, ttlSeconds, prefix, requestTimeoutMs }. The agent publishes
+   * itself under its name with a lease and watches the others, so peers are
+   * reached by name (connect('decode-3')). Without it (the default), peers
+   * are reached by address only.
+   */
+  metadata?: MetadataSetting
+  /** Data QPs per peer, 1..16 (default 2). The side that connects chooses. */
+  qpsPerPeer?: number
+  /** Largest work request, in bytes (default 64 KiB; never above the device's max message size). */
+  sliceBytes?: number
+  /** Send queue depth of each data QP (default 128). */
+  queueDepth?: number
+  /** Work requests per postBatch (one doorbell, one signaled completion; default 16). */
+  batchWrs?: number
+  /**
+   * ACK timeout of the data QPs, as the verbs exponent: the requester
+   * retransmits after 4.096 µs × 2^ackTimeout without an ACK (0..31, default
+   * 14 = 67 ms). See docs/transfer.md ("Retransmission") before lowering it.
+   */
+  ackTimeout?: number
+  /** Bound on the handshake with a peer (default 10000 ms). */
+  handshakeTimeoutMs?: number
+  /**
+   * Overall bound on a transfer that gives no timeoutMs (default: none: a
+   * transfer that keeps progressing runs as long as it needs; the stall
+   * bound ends a dead one).
+   */
+  transferTimeoutMs?: number
+  /** A transfer that gives no stallTimeoutMs fails with ERR_STALLED after this long without a completion (default 10000 ms). */
+  stallTimeoutMs?: number
+}
+
+export interface RegisterOptions {
+  /** Bytes of new, page-aligned memory for the segment... */
+  size?: number
+  /** ...or existing memory to register. */
+  memory?: RegisterableMemory
+  /** What peers may do to it (default 'none'). */
+  remote?: SegmentRights
+}
+
+export interface PeerConnectOptions extends WaitOptions {
+  host: string
+  port: number
+}
+
+/** 'peerLost': a peer's link failed (the handle stays; the next transfer reconnects or fails fast). */
+export interface PeerLostEvent { peer: Peer; error: RdmaError }
+
+/** The agent's events and their listeners' arguments. */
+export interface TransferAgentEvents {
+  /** A notification from a peer (its transfer's bytes are in place). */
+  notification: [notification: Notification]
+  /** A peer connected to this agent. */
+  peer: [peer: Peer]
+  peerLost: [event: PeerLostEvent]
+  /** A peer's connect attempt failed on this side (coded); never thrown. */
+  handshakeError: [error: Error]
+  /** With metadata: an agent (a new incarnation) appeared in the cluster. */
+  peerJoined: [record: PeerRecord]
+  /** With metadata: an agent left the cluster; the links to that incarnation were failed with ERR_PEER_GONE first. */
+  peerLeft: [event: PeerLeftEvent]
+  /** With metadata: the agent's standing with etcd changed. */
+  metadata: [event: MetadataStateEvent]
+}
+
+/** A notification's payload: a string, or bytes (up to 1 KiB either way). */
+export type NotificationMessage = string | Uint8Array
+
+export interface TransferOptions extends WaitOptions {
+  /** Sent to the peer after every byte of this transfer is in place (in call order per peer). */
+  notify?: NotificationMessage
+  /** Fails the transfer with ERR_STALLED after this many ms without a completion (default: the agent's stallTimeoutMs). */
+  stallTimeoutMs?: number
+  /** Called with the bytes confirmed so far and the total, at most once per completed batch. */
+  onProgress?: TransferProgressListener
+}
+
+export interface Notification {
+  peer: Peer
+  /** A string as sent, or a Buffer for bytes. */
+  message: string | Buffer
+}
+
+export interface AgentStats {
+  total: PeerStats
+  /** By peer id. */
+  peers: Record<string, PeerStats & { name: string; state: string }>
+}
+
+/** A plan checked once by agent.prepare(), to run many times. */
