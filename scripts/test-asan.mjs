@@ -110,7 +110,12 @@ async function runSanitized() {
   // memory: last in a full sanitizer run (~450 s in), vitest's worker once
   // timed out reporting to its parent ("Timeout calling onTaskUpdate": the
   // run fails though every test passed); alone it passes here in 13 s.
-  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '100.transfer', '101.transfer-peer-death', '110.soak', '112.exhaustion', '120.lock-table']
+  // 103.transfer-etcd and 104.transfer-progress assert bounds in time as 120
+  // does: lease expiry and re-registration within TTL + 1 s, stalls of 800 ms;
+  // under the sanitizer build an agent re-registered after the grace and was
+  // reported gone (CI, 2026-12-03). Their native paths are the transfer
+  // engine's, which 102.transfer-handshake and 37 cover here.
+  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '100.transfer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '110.soak', '112.exhaustion', '120.lock-table']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', ...excluded.flatMap((name) => ['--exclude', `**/${name}.test.ts`])]
