@@ -1,7 +1,6 @@
 // An rdma_cm connection: its QP, JSON messages, disconnect; and connect().
 import { EventEmitter } from 'node:events'
-import { lookup } from 'node:dns/promises'
-import { native, type NativeCmEvent } from '../native/addon.js'
+import { type NativeCmEvent } from '../native/addon.js'
 import { call, RdmaError } from '../core/errors.js'
 import { integer, instance, object, optionalObject, rangeError, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { openDevice, type Device } from '../verbs/device.js'
@@ -9,7 +8,7 @@ import { ProtectionDomain } from '../verbs/protection-domain.js'
 import { CompletionQueue } from '../verbs/completion-queue.js'
 import { QueuePair } from '../verbs/queue-pair.js'
 import type { CmAddress, ConnectionEvents, ConnectionOptions, ConnectionSetup, QpCaps } from './options.js'
-import { CAP_FIELDS, CmIdHandle, DEFAULT_TIMEOUT, aborted, channel, numericHost } from './channel.js'
+import { CAP_FIELDS, CmIdHandle, DEFAULT_TIMEOUT, channel, numericHost } from './channel.js'
 import { JsonMessages } from './json-messages.js'
 
 /** A connection stays reachable from its QP: whoever holds conn.qp still gets 'disconnected' handled. */

@@ -1,7 +1,6 @@
 // JSON messages over a connection's QP: SEND/RECV of at most 4 KiB each,
 // into receive slots posted ahead.
-import { EventEmitter } from 'node:events'
-import { call, closedError } from '../core/errors.js'
+import { closedError } from '../core/errors.js'
 import { tooLarge, type WaitOptions } from '../core/validate.js'
 import { QueuePair } from '../verbs/queue-pair.js'
 import { Access } from '../core/constants.js'

@@ -1,6 +1,6 @@
 // Listening for rdma_cm connections: requests to accept or reject.
 import { EventEmitter } from 'node:events'
-import { native, type NativeCmEvent } from '../native/addon.js'
+import { type NativeCmEvent } from '../native/addon.js'
 import { call, RdmaError } from '../core/errors.js'
 import { integer, instance, object, optionalObject, waitOptions } from '../core/validate.js'
 import { ProtectionDomain } from '../verbs/protection-domain.js'

@@ -14,10 +14,10 @@ import { acceptLink, connectLink, Link, MAX_QPS, type LinkSettings } from './lin
 import { Peer } from './peer.js'
 import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type CheckedPlan, type TransferOp } from './plan.js'
 import { TransferRun, type TransferProgressListener, type TransferResult } from './run.js'
-import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentRights } from './segments.js'
-import { totalStats, type PeerStats } from './stats.js'
-import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, PeerLostEvent, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
-import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataSetting, type MetadataState, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
+import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import { totalStats } from './stats.js'
+import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
+import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
 
 export class TransferPlan {
   /** @internal */

@@ -126,3 +126,17 @@ describe('WorkRequestEncoder.setOnly (the tagged path)', () => {
     expect(pick(e.buffer, which)).toEqual(pick(one.buffer, which))
   })
 })
+
+describe('WorkRequestEncoder buffers (the addon keeps pointers into them)', () => {
+  it('cannot be detached by a transfer, the first buffer nor one grown later (structuredClone copies them)', () => {
+    const encoder = new WorkRequestEncoder()
+    const first = encoder.buffer
+    structuredClone(first, { transfer: [first.buffer] })
+    expect(first.byteLength).toBeGreaterThan(0)
+    const wr: SendWr = { wrId: 1, opcode: WrOpcode.RdmaWrite, flags: SendFlags.Signaled, sges: [{ address: 4096, length: 8, lkey: 1 }], remoteHi: 0, remoteLo: 0, rkey: 2 }
+    while (encoder.buffer === first) encoder.addSend(wr) // until it grows
+    const grown = encoder.buffer
+    structuredClone(grown, { transfer: [grown.buffer] })
+    expect(grown.byteLength).toBeGreaterThan(first.byteLength)
+  })
+})
