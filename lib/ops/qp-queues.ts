@@ -19,7 +19,7 @@ import { PROMISE_WR_ID_BASE, QP_WR_IDS, TAGGED_WR_ID_BASE, type WrIdAllocator } 
 import { PromiseOps, type AtomicSlots, type AtomicTarget } from './promise-ops.js'
 import { handlerBusy, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 import type { CompletionDispatch, CompletionOwner } from './dispatch.js'
-import { GatheredSends } from './send-flush.js'
+import { GatheredSends, RESOLVED } from './send-flush.js'
 
 /** A CQ as the queues use it: credits and waiting requests (the ledger), its native handle, and polling right after a post. */
 export interface PostingCq extends LedgerCq {
@@ -41,9 +41,6 @@ export interface QueuesOwner {
   orphaned(entry: CompletionEntry): void
 }
 
-
-/** Runs `fn` at the end of the current microtask checkpoint (cheaper than queueMicrotask, which wraps each call in an AsyncResource). */
-const RESOLVED = Promise.resolve()
 
 export type Encode = SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void)
 

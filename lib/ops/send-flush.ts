@@ -20,7 +20,7 @@ export interface FlushHost {
 }
 
 /** Runs `fn` at the end of the current microtask checkpoint (cheaper than queueMicrotask, which wraps each call in an AsyncResource). */
-const RESOLVED = Promise.resolve()
+export const RESOLVED = Promise.resolve()
 
 /** Sends gathered during one turn of the event loop, posted together. */
 class SendBatch {
