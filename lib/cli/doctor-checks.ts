@@ -9,7 +9,7 @@ import type {
 } from '../index.js'
 import {
   ecnState, kernelRdmaDevices, ldconfigLibraries, listDir, mappedFiles, netdevInfo, pfcState, physState,
-  portNetdev, rdmaCmRoceMode, rdmaCoreRelease, rdmaPackages, rxeState, softwareParent, suggestNetdev,
+  portNetdev, rdmaCmRoceMode, rdmaCoreRelease, rdmaPackages, softwareParent, suggestNetdev,
   type RxeState,
 } from './doctor-probes.js'
 

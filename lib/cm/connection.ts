@@ -22,7 +22,6 @@ function qpCaps(value: unknown): QpCaps {
   return caps as QpCaps
 }
 
-
 export interface Connection {
   on<E extends keyof ConnectionEvents>(event: E, listener: (...args: ConnectionEvents[E]) => void): this
   once<E extends keyof ConnectionEvents>(event: E, listener: (...args: ConnectionEvents[E]) => void): this

@@ -41,7 +41,6 @@ export interface QueuesOwner {
   orphaned(entry: CompletionEntry): void
 }
 
-
 export type Encode = SendWr | ((firstWrId: number, enc: WorkRequestEncoder) => void)
 
 export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, CompletionOwner {
@@ -434,9 +433,6 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
     if (sends.encoder.hasInline) return sends.flush()
     sends.flushLater()
   }
-
-
-
 
   /** FlushHost: a request the provider refused: `posted` of its work requests reached the queue. */
   refused(pending: Pending, count: number, error: Error, slots: WorkQueueSlots, posted = (error as RdmaError).posted ?? 0): void {

@@ -4,62 +4,24 @@
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
 import { bounded, listen, type Listener, type ConnectionRequest } from '../cm/index.js'
-import { listDevices, openDevice, type Device } from '../verbs/device.js'
+import type { Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'
 import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
-import { integer, object, oneOf, optionalObject, tooLarge, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
-import { MAX_NOTIFICATION_BYTES, type ControlMessage, type NotifyMessage } from './control.js'
-import { acceptLink, connectLink, Link, MAX_QPS, type LinkSettings } from './link.js'
+import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
+import type { ControlMessage } from './control.js'
+import { decodeNotification, encodeNotification, NotificationFeed } from './notifications.js'
+import { acceptLink, connectLink, Link, type LinkSettings } from './link.js'
+import { agentSettings, deviceFor, progressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
-import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type CheckedPlan, type TransferOp } from './plan.js'
-import { TransferRun, type TransferProgressListener, type TransferResult } from './run.js'
+import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
+import type { TransferResult } from './run.js'
+import { launch } from './launch.js'
+import { TransferPlan } from './transfer-plan.js'
 import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
 import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
-
-export class TransferPlan {
-  /** @internal */
-  constructor(readonly peer: Peer, readonly op: TransferOp, readonly blocks: Blocks, readonly bytes: number, private readonly runner: (options: TransferOptions) => Promise<TransferResult>) {}
-
-  /** Runs the plan (rechecked only when the peer's segments changed). */
-  run(options: TransferOptions = {}): Promise<TransferResult> { return this.runner(options) }
-}
-
-const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
-
-/** The device that has `host` among its GIDs (RoCE), else the first active one. */
-function deviceFor(host: string, name: string | undefined): Device {
-  if (name !== undefined) return openDevice(name)
-  for (const info of listDevices()) {
-    let device: Device | undefined
-    try {
-      device = openDevice(info.name)
-      if (device.gids(1).some((g) => g.gid === `::ffff:${host}` || g.gid === host)) return device
-    } catch { /* not this one */ }
-    device?.close()
-  }
-  return openDevice()
-}
-
-function notificationTooLarge(bytes: number): Error {
-  return tooLarge(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${bytes}`)
-}
-
-function encodeNotification(message: unknown): NotifyMessage {
-  if (typeof message === 'string') {
-    const utf8 = Buffer.from(message)
-    if (utf8.length > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(utf8.length)
-    // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
-    return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
-  }
-  if (message instanceof Uint8Array) {
-    if (message.byteLength > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(message.byteLength)
-    return { t: 'n', b: Buffer.from(message.buffer, message.byteOffset, message.byteLength).toString('base64') }
-  }
-  throw typeError('a string or Uint8Array', 'options.notify', message)
-}
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
@@ -88,7 +50,7 @@ export class TransferAgent extends EventEmitter {
   readonly #stallMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
-  readonly #iterators = new Set<(n: Notification | undefined) => void>()
+  readonly #feed = new NotificationFeed()
   #listener: Listener | undefined
   #registry: EtcdRegistry | undefined
   #closed = false
@@ -99,17 +61,15 @@ export class TransferAgent extends EventEmitter {
     this.pd = device.allocPd()
     this.host = options.host
     this.name = options.name ?? this.id
-    this.qpsPerPeer = integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS)
-    const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
-    this.sliceBytes = Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage)
-    this.#transferMs = options.transferTimeoutMs === undefined ? undefined : integer(options.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31)
-    this.#stallMs = integer(options.stallTimeoutMs ?? DEFAULTS.stallTimeoutMs, 'options.stallTimeoutMs', 1, 2 ** 31)
-    this.#handshakeMs = integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31)
+    const settings = agentSettings(options, device)
+    this.qpsPerPeer = settings.qpsPerPeer
+    this.sliceBytes = settings.sliceBytes
+    this.#transferMs = settings.transferMs
+    this.#stallMs = settings.stallMs
+    this.#handshakeMs = settings.handshakeMs
     this.#settings = {
       pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
-      queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
-      batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
-      ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),
+      queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, ackTimeout: settings.ackTimeout,
       table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
     }
   }
@@ -329,10 +289,9 @@ export class TransferAgent extends EventEmitter {
     switch (message.t) {
       case 'n': {
         peer.counters.notificationsReceived++
-        const bytes = message.b === undefined ? undefined : Buffer.from(message.b, 'base64')
-        const notification: Notification = { peer, message: bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes }
+        const notification = decodeNotification(peer, message)
         this.emit('notification', notification)
-        for (const push of this.#iterators) push(notification)
+        this.#feed.push(notification)
         return
       }
       case 'm':
@@ -445,7 +404,7 @@ export class TransferAgent extends EventEmitter {
     return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
       const o = optionalObject(options, 'options')
       const wait = this.#bounded(o)
-      const progress = this.#progressOptions(o)
+      const progress = progressOptions(o, this.#stallMs)
       const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
       const current = await this.#linkOf(peer, wait)
       if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
@@ -454,20 +413,20 @@ export class TransferAgent extends EventEmitter {
         checkedOn = current
       }
       assertCurrent(checked, used)
-      return this.#run(peer, current, checked, notify, wait, progress)
+      return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error))
     })
   }
 
   async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
     const o = optionalObject(options, 'options')
     const wait = this.#bounded(o)
-    const progress = this.#progressOptions(o)
+    const progress = progressOptions(o, this.#stallMs)
     const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
     const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
-    return this.#run(peer, link, plan, notify, wait, progress)
+    return launch(peer, link, plan, notify, wait, progress, (error) => this.#linkFailed(peer, link, error))
   }
 
   /** The caller's wait, with the agent's default overall bound (if any) when it gives none. */
@@ -477,90 +436,10 @@ export class TransferAgent extends EventEmitter {
     return wait
   }
 
-  #progressOptions(o: Record<string, unknown>): { stallTimeoutMs: number; onProgress: TransferProgressListener | undefined } {
-    const stallTimeoutMs = integer(o.stallTimeoutMs ?? this.#stallMs, 'options.stallTimeoutMs', 1, 2 ** 31)
-    if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw typeError('a function', 'options.onProgress', o.onProgress)
-    return { stallTimeoutMs, onProgress: o.onProgress as TransferProgressListener | undefined }
-  }
-
-  #run(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions,
-    progress: { stallTimeoutMs: number; onProgress: TransferProgressListener | undefined }): Promise<TransferResult> {
-    return new Promise<TransferResult>((resolve, reject) => {
-      const counters = peer.counters
-      let dataPlaced: ((ok: boolean) => void) | undefined
-      let sent: Promise<void> | undefined
-      if (notify) {
-        // The notification's turn is taken now: notifications go out in call order.
-        const ready = new Promise<boolean>((r) => { dataPlaced = r })
-        sent = link.queueMessage(ready, notify)
-        sent.catch(() => undefined)
-      }
-      counters.inFlight++
-      const run = new TransferRun(plan, {
-        peer: peer.id,
-        ...(sent ? { notify: () => { dataPlaced!(true); return sent! } } : {}),
-        onBatchError: (error) => this.#linkFailed(peer, link, error),
-        settled: (r, error, result) => {
-          link.runs.delete(r)
-          counters.inFlight--
-          dataPlaced?.(false) // no-op once resolved with true
-          if (error) {
-            counters.errors++
-            reject(error)
-          } else {
-            counters.transfers++
-            counters.bytes += result!.bytes
-            counters.workRequests += result!.workRequests
-            if (notify) counters.notificationsSent++
-            counters.recordLatency(result!.ms)
-            resolve(result!)
-          }
-        },
-      })
-      if (!link.healthy) {
-        run.fail(run.failure(link.error, 'the link to the peer failed'))
-        return
-      }
-      link.runs.add(run)
-      run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress })
-    })
-  }
-
   // --- notifications and stats ----------------------------------------------
 
   /** Notifications from every peer, from now on, in arrival order; ends when the agent closes. */
-  notifications(): AsyncIterableIterator<Notification> {
-    const queue: Notification[] = []
-    const takers: Array<(result: IteratorResult<Notification>) => void> = []
-    let done = false
-    const push = (n: Notification | undefined): void => {
-      if (n === undefined) {
-        done = true
-        this.#iterators.delete(push)
-        for (const take of takers.splice(0)) take({ value: undefined, done: true })
-        return
-      }
-      const take = takers.shift()
-      if (take) take({ value: n, done: false })
-      else queue.push(n)
-    }
-    if (this.#closed) done = true
-    else this.#iterators.add(push)
-    const iterator: AsyncIterableIterator<Notification> = {
-      next: () => {
-        const queued = queue.shift()
-        if (queued) return Promise.resolve({ value: queued, done: false })
-        if (done) return Promise.resolve({ value: undefined, done: true })
-        return new Promise((resolve) => takers.push(resolve))
-      },
-      return: () => {
-        push(undefined)
-        return Promise.resolve({ value: undefined, done: true })
-      },
-      [Symbol.asyncIterator]: () => iterator,
-    }
-    return iterator
-  }
+  notifications(): AsyncIterableIterator<Notification> { return this.#feed.iterator() }
 
   /** Counters per peer and in total, with transfer latency percentiles. */
   stats(): AgentStats {
@@ -592,7 +471,7 @@ export class TransferAgent extends EventEmitter {
     const leaving = this.#registry?.close() ?? Promise.resolve()
     this.#listener?.close()
     for (const peer of [...this.#peers.values()]) this.closePeer(peer)
-    for (const push of [...this.#iterators]) push(undefined)
+    this.#feed.end()
     for (const segment of [...this.#table.byName.values()]) this.#table.remove(segment)
     this.device.close()
     return leaving

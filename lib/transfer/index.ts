@@ -1,5 +1,6 @@
 // The transfer engine: segments, blocks, peers, transfers, notifications, stats.
-export { TransferAgent, TransferPlan } from './agent.js'
+export { TransferAgent } from './agent.js'
+export { TransferPlan } from './transfer-plan.js'
 export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats, TransferAgentEvents, PeerLostEvent } from './agent-options.js'
 export type { MetadataOptions, MetadataSetting, MetadataState, MetadataStateEvent, PeerLeftEvent, PeerLeftReason, PeerRecord, PeerAddress } from './metadata/index.js'
 export { Peer } from './peer.js'

@@ -13,7 +13,6 @@ import { remoteRegion, type RemoteDescriptor, type RemoteRegion } from './remote
 import { DmabufRange, registerDmabufHandle } from './dmabuf.js'
 import { markAsUntransferable } from 'node:worker_threads'
 
-
 /** The most bytes one view (Uint8Array) of native memory holds: larger memory is seen through windows. */
 const MAX_VIEW_BYTES = 4294967296
 

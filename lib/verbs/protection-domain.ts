@@ -14,7 +14,6 @@ import { MemoryWindow } from './memory-window.js'
 import { dmabufRange } from './dmabuf.js'
 import type { Device } from './device.js'
 
-
 export class ProtectionDomain extends Resource {
   protected readonly kind = 'ProtectionDomain'
   /** @internal */ readonly handle: NativeProtectionDomain
@@ -88,8 +87,6 @@ export class ProtectionDomain extends Resource {
     integer(type, 'type', 1, 2)
     return new MemoryWindow(this, type as 1 | 2)
   }
-
-
 
   protected closeHandle(): void {
     call(() => this.handle.close())

@@ -234,7 +234,6 @@ export class QueuePair extends Resource {
     return receive(this.#receiving, local, options)
   }
 
-
   /**
    * Posts several receive buffers with one native call (one doorbell), in
    * order: one promise per buffer, each resolved when a message lands in it.
@@ -246,7 +245,6 @@ export class QueuePair extends Resource {
   recvMany(locals: ReadonlyArray<LocalSlice | readonly LocalSlice[]>, options: WaitOptions = {}): Array<Promise<ReceiveCompletion>> {
     return receiveMany(this.#receiving, locals, options)
   }
-
 
   /** Atomic compare-and-swap on 8 remote bytes; resolves with the value before the operation. */
   compareAndSwap(remote: RemoteSlice, compare: bigint, swap: bigint, options: AtomicOptions = NO_OPTIONS): Promise<bigint> {
@@ -280,7 +278,6 @@ export class QueuePair extends Resource {
     if (handler !== undefined && typeof handler !== 'function') throw typeError('a function or undefined', 'handler', handler)
     this.#queues.setHandler(handler)
   }
-
 
   /**
    * One signaled RDMA WRITE, reported to the completion handler with `tag`
@@ -349,20 +346,6 @@ export class QueuePair extends Resource {
     this.#queues.postTagged(tagged, verbIndex, local, remote, tag, first, compareAddSmall, second, swapSmall)
   }
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
   /**
    * Binds a memory window over part of a region (the region needs
    * Access.MwBind) and resolves with a descriptor of the window for the peer.
@@ -395,7 +378,6 @@ export class QueuePair extends Resource {
     return postEncoded(this.#context, verb, count, regions, encode)
   }
 
-
   /**
    * The hot path of fetchAndAdd() and compareAndSwap(): default options, the
    * first send of a turn, a slot and credit free now, operands that check.
@@ -426,7 +408,6 @@ export class QueuePair extends Resource {
     this.#queues.postNow(this.#queues.promised.lastWrId, verbIndex, local, remote, first as bigint, compareAddSmall, verbIndex === TAGGED_CMP_SWAP ? second as bigint : 0n, swapSmall)
     return promise
   }
-
 
   /** Whether `length` is over the port's max message size (asked once, on the first non-empty operation). */
   #overMaxMessage(length: number): boolean {
@@ -490,19 +471,6 @@ export class QueuePair extends Resource {
     return promise
   }
 
-
-
-
-
-
-
-
-
-
-
-
-
-
   /** @internal An error completion or a QP async event moved the QP to the error state. */
   failed(error: RdmaError): void {
     if (this.#error) return
@@ -510,7 +478,6 @@ export class QueuePair extends Resource {
     this.#setState('ERR')
     this.#queues.failWaiting(this.#queues.stateError('post'))
   }
-
 
   protected override afterClose(): void {
     this.#open = false

@@ -1,0 +1,58 @@
+// What TransferAgent.create() reads from its options, checked once: the
+// device to open, the bounds, and the link settings every peer's link gets.
+import { listDevices, openDevice, type Device } from '../verbs/device.js'
+import { integer, typeError } from '../core/validate.js'
+import { MAX_QPS } from './link.js'
+import type { TransferProgressListener } from './run.js'
+import type { TransferAgentOptions } from './agent-options.js'
+
+export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
+
+/** The device that has `host` among its GIDs (RoCE), else the first active one. */
+export function deviceFor(host: string, name: string | undefined): Device {
+  if (name !== undefined) return openDevice(name)
+  for (const info of listDevices()) {
+    let device: Device | undefined
+    try {
+      device = openDevice(info.name)
+      if (device.gids(1).some((g) => g.gid === `::ffff:${host}` || g.gid === host)) return device
+    } catch { /* not this one */ }
+    device?.close()
+  }
+  return openDevice()
+}
+
+export interface AgentSettings {
+  qpsPerPeer: number
+  sliceBytes: number
+  /** The default overall bound of a transfer; none unless the options give one. */
+  transferMs: number | undefined
+  stallMs: number
+  handshakeMs: number
+  queueDepth: number
+  batchWrs: number
+  ackTimeout: number
+}
+
+export function agentSettings(options: TransferAgentOptions, device: Device): AgentSettings {
+  const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
+  return {
+    qpsPerPeer: integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS),
+    sliceBytes: Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage),
+    transferMs: options.transferTimeoutMs === undefined ? undefined : integer(options.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31),
+    stallMs: integer(options.stallTimeoutMs ?? DEFAULTS.stallTimeoutMs, 'options.stallTimeoutMs', 1, 2 ** 31),
+    handshakeMs: integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31),
+    queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
+    batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
+    ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),
+  }
+}
+
+export interface ProgressOptions { stallTimeoutMs: number; onProgress: TransferProgressListener | undefined }
+
+/** A transfer's stall bound (the agent's unless it gives one) and progress listener. */
+export function progressOptions(o: Record<string, unknown>, stallMs: number): ProgressOptions {
+  const stallTimeoutMs = integer(o.stallTimeoutMs ?? stallMs, 'options.stallTimeoutMs', 1, 2 ** 31)
+  if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw typeError('a function', 'options.onProgress', o.onProgress)
+  return { stallTimeoutMs, onProgress: o.onProgress as TransferProgressListener | undefined }
+}
