@@ -20,6 +20,7 @@ import { PromiseOps, type AtomicSlots, type AtomicTarget } from './promise-ops.j
 import { handlerBusy, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_VERBS, TaggedOps, type CompletionHandler } from './tagged-ops.js'
 import type { CompletionDispatch, CompletionOwner } from './dispatch.js'
 import { GatheredSends, RESOLVED } from './send-flush.js'
+import { cannotPostNow, stateError, wrongState } from './queue-errors.js'
 
 /** A CQ as the queues use it: credits and waiting requests (the ledger), its native handle, and polling right after a post. */
 export interface PostingCq extends LedgerCq {
@@ -231,33 +232,12 @@ export class QpQueues<Atomic extends AtomicTarget> implements PendingOwner, Comp
 
   /** Why takeSendSlotNow() refused, as the error a tagged post throws. */
   #cannotPostNow(verb: string): RdmaError {
-    if (!this.#open) return closedError('QueuePair')
-    if (this.#failure) return this.stateError(verb)
-    if (this.#state !== 'RTS') return this.wrongState(verb, 'send')
-    const slots = this.sendSlots
-    const credits = this.#sendCq.credits
-    if (slots.used < slots.capacity && credits.used < credits.capacity) {
-      return new RdmaError(`Cannot ${verb}: promise requests wait for the send queue before this one`, { code: 'ERR_QUEUE_FULL', verb, qpn: this.qpn })
-    }
-    if (slots.used >= slots.capacity) {
-      return new RdmaError(`Cannot ${verb}: the send queue is full (${slots.capacity} requests in flight); post again after a completion`, { code: 'ERR_QUEUE_FULL', verb, qpn: this.qpn })
-    }
-    return new RdmaError(`Cannot ${verb}: the completion queue is full (${credits.capacity} completions promised); post again after a completion`, { code: 'ERR_CQ_FULL', verb, qpn: this.qpn })
+    return cannotPostNow(verb, this.qpn, { open: this.#open, failure: this.#failure, state: this.#state, slots: this.sendSlots, credits: this.#sendCq.credits })
   }
 
-  /** ERR_QP_STATE: the QP's state does not allow posting to `queue`. */
-  wrongState(verb: string, queue: 'send' | 'recv'): RdmaError {
-    const needs = queue === 'send' ? 'needs RTS: connect() first' : 'needs INIT or later'
-    return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in state ${this.#state} (${needs})`, { code: 'ERR_QP_STATE', verb, qpn: this.qpn })
-  }
+  wrongState(verb: string, queue: 'send' | 'recv'): RdmaError { return wrongState(verb, this.qpn, this.#state, queue) }
 
-  /** ERR_QP_STATE: the QP failed (its cause attached). */
-  stateError(verb: string): RdmaError {
-    const cause = this.#failure!
-    return new RdmaError(`Cannot ${verb}: QP ${this.qpn} is in the error state (${cause.status ?? cause.code})`, {
-      code: 'ERR_QP_STATE', status: cause.status, verb, qpn: this.qpn, cause,
-    } as never)
-  }
+  stateError(verb: string): RdmaError { return stateError(verb, this.qpn, this.#failure!) }
 
   // --- the general path -----------------------------------------------------
 

@@ -3,7 +3,7 @@
 // the caller's overrides, every one checked before the first transition.
 import { Access, mtuEnum, type QpTypeName } from '../core/constants.js'
 import { integer, object, optionalObject, typeError } from '../core/validate.js'
-import type { ConnectOptions } from './queue-pair-options.js'
+import type { ConnectOptions, QpEndpoint } from './queue-pair-options.js'
 import type { ProtectionDomain } from './protection-domain.js'
 
 type Attributes = Record<string, unknown>
@@ -46,4 +46,22 @@ export function connectAttributes(qp: { readonly type: QpTypeName; readonly port
     rts.maxRdAtomic = u8('maxRdAtomic', Math.min(16, device.maxQpInitRdAtom))
   }
   return { init, rtr, rts }
+}
+
+/** The JSON-safe endpoint a peer connects to: this QP's number, PSN and port's address. */
+export function endpointOf(qp: { readonly type: QpTypeName; readonly qpn: number; readonly port: number; readonly psn: number; readonly pd: ProtectionDomain },
+  gidIndex: number): QpEndpoint {
+  const portInfo = qp.pd.device.queryPort(qp.port)
+  const gid = qp.pd.device.gids(qp.port).find((g) => g.index === gidIndex)?.gid ?? '::'
+  return { version: 1, type: qp.type, qpn: qp.qpn, psn: qp.psn, lid: portInfo.lid, gid, gidIndex, mtu: portInfo.activeMtu, port: qp.port }
+}
+
+/** RESET -> INIT -> RTR -> RTS of a UD QP (it then sends to address handles), from activate()'s options. */
+export function udAttributes(qp: { readonly port: number; readonly psn: number }, options: unknown): { init: Attributes; rtr: Attributes; rts: Attributes } {
+  const o = optionalObject(options, 'options')
+  return {
+    init: { pkeyIndex: integer(o.pkeyIndex ?? 0, 'options.pkeyIndex', 0, 0xffff), portNum: qp.port, qkey: integer(o.qkey ?? 0x11111111, 'options.qkey', 0, 0xffffffff) },
+    rtr: {},
+    rts: { sqPsn: qp.psn },
+  }
 }

@@ -9,7 +9,6 @@ import { smallU64 } from '../core/u64.js'
 import { Pending } from '../ops/pending.js'
 import { WorkRequestEncoder } from '../ops/encoder.js'
 import { MAX_SGE_BYTES, splitWr } from '../ops/split.js'
-import { QueueLedger } from '../ops/queue-ledger.js'
 import { QpQueues, type QueuesOwner } from '../ops/qp-queues.js'
 import { TAGGED_CMP_SWAP, TAGGED_FETCH_ADD, TAGGED_OPCODES, TAGGED_READ, TAGGED_WRITE, type CompletionHandler, type TaggedOps } from '../ops/tagged-ops.js'
 import { CompletionQueue, CQ_DISPATCH } from './completion-queue.js'
@@ -23,23 +22,15 @@ import { wrongPd } from './local-sges.js'
 import { receiveCompletion, type ReceiveCompletion } from './receive-completion.js'
 import { isU32, sendWr, taggedArgumentError, type QpContext } from './work-requests.js'
 import { bindWindow, invalidate } from './qp-windows.js'
-import { connectAttributes } from './qp-connect.js'
+import { collectedQps, type QpLedger } from './qp-collected.js'
+import { connectAttributes, endpointOf, udAttributes } from './qp-connect.js'
 import { postBatch, postEncoded } from './qp-batch.js'
 import { atomic } from './qp-atomics.js'
 import { receive, receiveMany, type ReceiveContext } from './qp-receives.js'
 import { nativeQpOptions, type AtomicOptions, type BatchOperation, type BatchOptions, type ConnectOptions, type OpOptions, type QpEndpoint, type QueuePairOptions, type SendOptions, type WriteOptions } from './queue-pair-options.js'
 
-interface QpLedger { send: QueueLedger; recv: QueueLedger; recvCq: CompletionQueue; srq: SharedReceiveQueue | undefined }
-
 /** States in which a peer can use the QP without a request of ours (remote WRITE, READ, atomics). */
 const PEER_REACHABLE: ReadonlySet<QpStateName> = new Set<QpStateName>(['RTR', 'RTS', 'SQD', 'SQE'])
-
-/** A QP garbage-collected without close() gives back what it held on its CQs and SRQ. */
-const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, recvCq, srq }) => {
-  send.giveAll()
-  recv.giveAll()
-  srq?.detach({ recvCq })
-})
 
 const noResult = (): undefined => undefined
 
@@ -150,10 +141,7 @@ export class QueuePair extends Resource {
   /** This QP's endpoint, to hand to the peer. */
   endpoint(): QpEndpoint {
     this.assertOpen()
-    const portInfo = this.pd.device.queryPort(this.port)
-    const gidIndex = this.#gidIndex ?? this.pd.device.defaultGidIndex(this.port)
-    const gid = this.pd.device.gids(this.port).find((g) => g.index === gidIndex)?.gid ?? '::'
-    return { version: 1, type: this.type, qpn: this.qpn, psn: this.psn, lid: portInfo.lid, gid, gidIndex, mtu: portInfo.activeMtu, port: this.port }
+    return endpointOf(this, this.#gidIndex ?? this.pd.device.defaultGidIndex(this.port))
   }
 
   /** Drives RESET -> INIT -> RTR -> RTS towards the peer's endpoint (RC, UC). */
@@ -171,10 +159,10 @@ export class QueuePair extends Resource {
   async activate(options: { qkey?: number; pkeyIndex?: number } = {}): Promise<void> {
     this.assertOpen()
     if (this.type !== 'UD') throw new RdmaError('activate() is for UD queue pairs: use connect()', { code: 'ERR_QP_TYPE' })
-    const o = optionalObject(options, 'options')
-    this.#modify('INIT', { pkeyIndex: integer(o.pkeyIndex ?? 0, 'options.pkeyIndex', 0, 0xffff), portNum: this.port, qkey: integer(o.qkey ?? 0x11111111, 'options.qkey', 0, 0xffffffff) })
-    this.#modify('RTR', {})
-    this.#modify('RTS', { sqPsn: this.psn })
+    const { init, rtr, rts } = udAttributes(this, options)
+    this.#modify('INIT', init)
+    this.#modify('RTR', rtr)
+    this.#modify('RTS', rts)
   }
 
   /** Low-level state transition with explicit verbs attributes (see ibv_modify_qp). */
