@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "common.h"
@@ -19,12 +20,30 @@ namespace ibv {
 
 struct AddonData;
 
+struct CqResource;
+
+// One completion channel per device context, shared by its CQs: one fd and
+// one watcher on the loop however many CQs (thousands of connections) there
+// are. Each CQ is created with itself as cq_context, so an event names its
+// CQ. Held by the CQs; the last one to go closes it (before the context).
+struct CompChannel : std::enable_shared_from_this<CompChannel> {
+  ibv_comp_channel* channel = nullptr;
+  FdWatcher watcher;
+  std::unordered_set<CqResource*> cqs;  // attached and not destroyed
+  int waiting = 0;                       // CQs that keep the loop alive
+  ~CompChannel() {
+    watcher.Stop();  // before the fd closes
+    if (channel) ibv_destroy_comp_channel(channel);
+  }
+};
+
 struct ContextResource : Resource {
   const char* kind() const override { return "Device"; }
   const char* destroy_call() const override { return "ibv_close_device"; }
   ibv_context* ctx = nullptr;
   bool owned = true;  // false for librdmacm's contexts (shared, never closed here)
   AddonData* addon = nullptr;
+  std::weak_ptr<CompChannel> comp_channel;  // made by the first CQ
   ~ContextResource() override { Close(); }
   int DestroyHandle() override;
 };
@@ -66,8 +85,9 @@ struct CqResource : Resource {
   const char* kind() const override { return "CompletionQueue"; }
   const char* destroy_call() const override { return "ibv_destroy_cq"; }
   ibv_cq* cq = nullptr;
-  ibv_comp_channel* channel = nullptr;
-  FdWatcher watcher;
+  std::shared_ptr<CompChannel> channel;  // the context's, shared with its other CQs
+  bool waiting = false;                  // counted in channel->waiting
+  bool failed = false;                   // its channel failed for it: no event is handled any more
   Napi::FunctionReference on_completions;
   Napi::Reference<Napi::ArrayBuffer> output;  // completions are written here
   uint32_t* output_words = nullptr;

@@ -1,4 +1,5 @@
-// Completion queue with a completion channel watched on the event loop.
+// Completion queue, announced through its device context's completion channel
+// (one per context, watched on the event loop).
 // Completions are written into a JS-owned Uint32Array (kCompletionWords words
 // each) and announced with one callback per batch, so that many completions
 // cost one crossing into JS.
@@ -8,25 +9,38 @@
 
 namespace ibv {
 
+void SetCqWaiting(CqResource* res, bool waiting);
+
 int CqResource::DestroyHandle() {
-  // The watcher stays until the CQ is gone: a CQ that refuses (EBUSY) stays
-  // fully working. It must stop before the channel's fd is closed.
+  // A CQ that refuses (EBUSY) stays fully working, its channel too. Once it
+  // is destroyed the kernel drops its unread events: the channel can name it
+  // no more. The last CQ of a context closes the channel.
   if (cq) {
     int rc = ibv_destroy_cq(cq);
     if (rc != 0) return rc;
     cq = nullptr;
   }
-  watcher.Stop();
   if (channel) {
-    int rc = ibv_destroy_comp_channel(channel);
-    if (rc != 0) return rc;
-    channel = nullptr;
+    channel->cqs.erase(this);
+    SetCqWaiting(this, false);
+    channel.reset();
   }
   on_completions.Reset();
   output.Reset();
   output_words = nullptr;
   count_word = nullptr;
   return 0;
+}
+
+// Whether the CQ keeps the loop alive: its channel's watcher is referenced
+// while any of its CQs waits.
+void SetCqWaiting(CqResource* res, bool waiting) {
+  if (!res->channel || res->waiting == waiting) return;
+  res->waiting = waiting;
+  CompChannel& ch = *res->channel;
+  ch.waiting += waiting ? 1 : -1;
+  if (waiting && ch.waiting == 1) ch.watcher.Ref();
+  if (!waiting && ch.waiting == 0) ch.watcher.Unref();
 }
 
 // Polls up to the output capacity; returns the count or -errno, and writes
@@ -57,6 +71,78 @@ int PollInto(CqResource* res) {
 }
 
 namespace {
+
+void OnChannelReadable(Napi::Env env, CompChannel* ch, int status);
+
+// The context's channel, made (and watched) by its first CQ.
+std::shared_ptr<CompChannel> ChannelOf(Napi::Env env, ContextResource* context) {
+  if (auto ch = context->comp_channel.lock()) return ch;
+  auto ch = std::make_shared<CompChannel>();
+  ch->channel = ibv_create_comp_channel(context->ctx);
+  if (!ch->channel) ThrowErrno(env, errno ? errno : ENOMEM, "ibv_create_comp_channel");
+  int err = SetNonBlocking(ch->channel->fd);
+  if (err) ThrowErrno(env, err, "fcntl");
+  CompChannel* raw = ch.get();
+  int rc = ch->watcher.Start(env, ch->channel->fd, [raw, env](int st) { OnChannelReadable(env, raw, st); });
+  if (rc) ThrowCode(env, "ERR_UV", uv_strerror(rc));
+  context->comp_channel = ch;
+  return ch;
+}
+
+// No completion will be announced on this CQ any more: JS fails what waits
+// on it (onCompletions(-errno, syscall)).
+void FailCq(Napi::Env env, CqResource* res, int err, const char* syscall) {
+  res->failed = true;
+  SetCqWaiting(res, false);
+  CallFromLoop(env, AsyncContextOf(env, LoopCallback::Completions), res->on_completions,
+               {Napi::Number::New(env, -err), Napi::String::New(env, syscall)});
+}
+
+// An event for one CQ (acked already): re-arm, then poll one batch. Polling
+// after re-arming means no completion can slip between the two. If the batch
+// was full, JS drains the rest from setImmediate, so a busy CQ never starves
+// timers and I/O.
+void OnCqEvent(Napi::Env env, CqResource* res) {
+  std::shared_ptr<Resource> keep = res->shared_from_this();  // JS may close and drop the CQ
+  if (res->closed() || !res->cq || res->failed) return;
+  if (res->rearm) {
+    int rc = ibv_req_notify_cq(res->cq, 0);
+    if (rc != 0) return FailCq(env, res, rc > 0 ? rc : EIO, "ibv_req_notify_cq");
+  }
+  int n = PollInto(res);
+  if (n != 0) CallFromLoop(env, AsyncContextOf(env, LoopCallback::Completions), res->on_completions, {Napi::Number::New(env, n)});
+}
+
+// The channel fired: read one event, and handle it (its handler may close
+// CQs, whose unread events the kernel then drops). One read per wakeup, as a
+// channel of one CQ needs: should more events be queued, the fd stays
+// readable and the (level-triggered) watcher comes back for them, with timers
+// and I/O run in between. A failed fd or read fails every CQ on it.
+void OnChannelReadable(Napi::Env env, CompChannel* ch, int status) {
+  GuardFromLoop(env, [&] {
+    std::shared_ptr<CompChannel> keep = ch->shared_from_this();  // its last CQ may close meanwhile
+    int err = status < 0 ? EIO : 0;  // libuv reports POLLERR as an error status and stops polling
+    if (!err) {
+      ibv_cq* cq = nullptr;
+      void* cq_context = nullptr;
+      if (ibv_get_cq_event(ch->channel, &cq, &cq_context) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        auto* res = static_cast<CqResource*>(cq_context);
+        if (ch->cqs.count(res)) OnCqEvent(env, res);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        err = errno ? errno : EIO;
+      }
+    }
+    if (!err) return;
+    ch->watcher.Stop();
+    std::vector<std::shared_ptr<Resource>> cqs;
+    for (CqResource* res : ch->cqs) cqs.push_back(res->shared_from_this());
+    for (auto& r : cqs) {
+      auto* res = static_cast<CqResource*>(r.get());
+      if (!res->closed() && res->cq && !res->failed) FailCq(env, res, err, "ibv_get_cq_event");
+    }
+  });
+}
 
 class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
  public:
@@ -94,23 +180,19 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     }
 
     auto res = std::make_shared<CqResource>();
-    res->channel = ibv_create_comp_channel(context->ctx);
-    if (!res->channel) ThrowErrno(env, errno ? errno : ENOMEM, "ibv_create_comp_channel");
-    res->cq = ibv_create_cq(context->ctx, static_cast<int>(entries), nullptr, res->channel,
+    res->channel = ChannelOf(env, context.get());
+    res->cq = ibv_create_cq(context->ctx, static_cast<int>(entries), res.get(), res->channel->channel,
                             static_cast<int>(comp_vector));
     if (!res->cq) {
       int err = errno ? errno : EINVAL;
       res->Close();
       ThrowErrno(env, err, "ibv_create_cq");
     }
-    int err = SetNonBlocking(res->channel->fd);
-    if (!err) {
-      int rc = ibv_req_notify_cq(res->cq, 0);
-      if (rc != 0) err = rc > 0 ? rc : EIO;
-    }
-    if (err) {
+    res->channel->cqs.insert(res.get());
+    int rc = ibv_req_notify_cq(res->cq, 0);
+    if (rc != 0) {
       res->Close();
-      ThrowErrno(env, err, "ibv_req_notify_cq");
+      ThrowErrno(env, rc > 0 ? rc : EIO, "ibv_req_notify_cq");
     }
     res->output = Napi::Persistent(output.ArrayBuffer());
     res->output_words = output.Data();
@@ -120,12 +202,6 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
     // Weak: the JS CompletionQueue holds the callback, so an unreferenced CQ
     // can be collected (a strong reference here would keep it alive forever).
     res->on_completions = Napi::Weak(callback);
-    CqResource* raw = res.get();
-    int rc = res->watcher.Start(env, res->channel->fd, [raw, env](int status) { OnChannelReadable(env, raw, status); });
-    if (rc) {
-      res->Close();
-      ThrowCode(env, "ERR_UV", uv_strerror(rc));
-    }
     res->AdoptParent(context);
     resource = res;
   }
@@ -133,61 +209,14 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
   std::shared_ptr<CqResource> resource;
 
  private:
-  // The channel fired: collect and ack its event, re-arm, then poll one
-  // batch. Polling after re-arming means no completion can slip between the
-  // two. If the batch was full, JS drains the rest from setImmediate, so a
-  // busy CQ never starves timers and I/O. A failure of the fd, the read or the
-  // re-arm means no completion will be announced any more: the watcher stops
-  // and JS fails what waits on this CQ (onCompletions(-errno, syscall)).
-  static void OnChannelReadable(Napi::Env env, CqResource* res, int status) {
-    GuardFromLoop(env, [&] {
-      std::shared_ptr<Resource> keep = res->shared_from_this();  // JS may close and drop the CQ
-      if (res->closed() || !res->cq) return;
-      int err = 0;
-      const char* syscall = "ibv_get_cq_event";
-      if (status < 0) {
-        err = EIO;  // libuv reports POLLERR as an error status and stops polling
-      } else {
-        // One event at most per arming (this channel serves this CQ only, and
-        // it is re-armed below), so one read suffices. Should another event be
-        // queued, the fd stays readable and the (level-triggered) watcher
-        // comes back for it.
-        ibv_cq* cq = nullptr;
-        void* cq_context = nullptr;
-        if (ibv_get_cq_event(res->channel, &cq, &cq_context) == 0) {
-          ibv_ack_cq_events(res->cq, 1);
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          err = errno ? errno : EIO;
-        }
-        if (!err && res->rearm) {
-          int rc = ibv_req_notify_cq(res->cq, 0);
-          if (rc != 0) {
-            err = rc > 0 ? rc : EIO;
-            syscall = "ibv_req_notify_cq";
-          }
-        }
-      }
-      napi_async_context async = AsyncContextOf(env, LoopCallback::Completions);
-      if (err) {
-        res->watcher.Stop();
-        CallFromLoop(env, async, res->on_completions,
-                     {Napi::Number::New(env, -err), Napi::String::New(env, syscall)});
-        return;
-      }
-      int n = PollInto(res);
-      if (n != 0) CallFromLoop(env, async, res->on_completions, {Napi::Number::New(env, n)});
-    });
-  }
-
-  // simulateFdError(): test hook, runs the handler as libuv does when polling
-  // the channel's fd fails (POLLERR after the device went away). rxe blocks
-  // device removal until the process closes the device, so the real case
-  // cannot be provoked with Soft-RoCE.
+  // simulateFdError(): test hook, fails this CQ as a failed poll of the
+  // channel's fd does (POLLERR after the device went away; then every CQ of
+  // the context fails). rxe blocks device removal until the process closes
+  // the device, so the real case cannot be provoked with Soft-RoCE.
   Napi::Value SimulateFdError(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     CqResource* res = Live(env, resource, "CompletionQueue");
-    res->watcher.Stop();
-    OnChannelReadable(env, res, UV_EBADF);
+    if (!res->failed) FailCq(env, res, EIO, "ibv_get_cq_event");
     return env.Undefined();
   }
 
@@ -212,11 +241,7 @@ class CompletionQueueWrap : public Napi::ObjectWrap<CompletionQueueWrap> {
   Napi::Value SetWaiting(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     CqResource* res = Live(env, resource, "CompletionQueue");
-    if (info.Length() > 0 && info[0].ToBoolean()) {
-      res->watcher.Ref();
-    } else {
-      res->watcher.Unref();
-    }
+    SetCqWaiting(res, info.Length() > 0 && info[0].ToBoolean() && !res->failed);
     return env.Undefined();
   }
 
