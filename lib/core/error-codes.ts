@@ -24,6 +24,8 @@ export const LIBRARY_ERROR_CODES = [
   // the transfer engine
   'ERR_TRANSFER', 'ERR_BLOCK_RANGE', 'ERR_PEER_GONE', 'ERR_SEGMENT_EXISTS', 'ERR_SEGMENT_UNKNOWN', 'ERR_SEGMENT_WITHDRAWN', 'ERR_TRANSFER_PROTOCOL',
   'ERR_STALLED',
+  // the warning (process.emitWarning) of transport 'auto' running over TCP: not an error, listed as the codes are
+  'NODE_IBVERBS_TCP_FALLBACK',
   // the transfer engine's cluster metadata (lib/transfer/metadata/)
   'ERR_PEER_UNKNOWN', 'ERR_STALE_PEER', 'ERR_METADATA', 'ERR_METADATA_UNAVAILABLE', 'ERR_METADATA_RECORD', 'ERR_NAME_TAKEN',
   // bytes that arrived other than sent (the doctor's loopback check)

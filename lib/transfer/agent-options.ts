@@ -5,15 +5,22 @@ import type { RegisterableMemory } from '../verbs/memory.js'
 import type { Peer } from './peer.js'
 import type { SegmentRights } from './segments.js'
 import type { PeerStats } from './stats.js'
+import type { TransportKind, TransportOption } from './transport.js'
 import type { TransferProgressListener } from './run.js'
 import type { MetadataSetting, MetadataStateEvent, PeerLeftEvent, PeerRecord } from './metadata/index.js'
 
 export interface TransferAgentOptions {
-  /** Address of this agent's RDMA device to listen on. */
+  /** Address to listen on (RDMA: an address of the device). */
   host: string
   /** 0 (default) picks a free port: see agent.port. */
   port?: number
-  /** The device (default: the one that has `host`, else the first active one). */
+  /**
+   * How bytes move (default 'rdma'): 'rdma' opens a device; 'tcp' opens none
+   * and moves them over a socket; 'auto' is RDMA when a device serves `host`,
+   * else TCP (with a one-time process warning). See docs/transfer.md, "Transports".
+   */
+  transport?: TransportOption
+  /** RDMA: the device (default: the one that has `host`, else the first active one). */
   device?: string
   /** A name peers see (default: a random id); with `metadata`, required: the agent's key in the cluster. */
   name?: string
@@ -104,6 +111,8 @@ export interface Notification {
 }
 
 export interface AgentStats {
+  /** The transport this agent runs on ('auto' resolved). */
+  transport: TransportKind
   total: PeerStats
   /** By peer id. */
   peers: Record<string, PeerStats & { name: string; state: string }>

@@ -1,17 +1,26 @@
 // What TransferAgent.create() reads from its options, checked once: the
-// device to open, the bounds, and the link settings every peer's link gets.
+// transport and device to open, the bounds, and the link settings every
+// peer's link gets.
 import { listDevices, openDevice, type Device } from '../verbs/device.js'
-import { integer, typeError } from '../core/validate.js'
+import { integer, oneOf, typeError } from '../core/validate.js'
 import { MAX_QPS } from './link.js'
 import type { TransferProgressListener } from './run.js'
 import type { TransferAgentOptions } from './agent-options.js'
+import { TRANSPORT_OPTIONS, type TransportKind } from './transport.js'
 
 export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 export function deviceFor(host: string, name: string | undefined): Device {
   if (name !== undefined) return openDevice(name)
-  for (const info of listDevices()) {
+  return deviceServing(host) ?? openDevice()
+}
+
+/** The device that has `host` among its GIDs, if any (none when no device or no rdma-core is there). */
+export function deviceServing(host: string): Device | undefined {
+  let infos: ReturnType<typeof listDevices>
+  try { infos = listDevices() } catch { return undefined }
+  for (const info of infos) {
     let device: Device | undefined
     try {
       device = openDevice(info.name)
@@ -19,7 +28,29 @@ export function deviceFor(host: string, name: string | undefined): Device {
     } catch { /* not this one */ }
     device?.close()
   }
-  return openDevice()
+  return undefined
+}
+
+let fallbackWarned = false
+
+/**
+ * The transport `options.transport` asks for (default 'rdma', as before the
+ * option existed), with the device it opens. 'auto' is RDMA when a device
+ * serves the host address (or `options.device` is given), else TCP, which is
+ * said once per process with a warning (code NODE_IBVERBS_TCP_FALLBACK).
+ */
+export function chooseTransport(options: TransferAgentOptions): { kind: TransportKind; device: Device | undefined } {
+  const choice = oneOf(options.transport, 'options.transport', TRANSPORT_OPTIONS, 'rdma')
+  if (choice === 'tcp') return { kind: 'tcp', device: undefined }
+  if (choice === 'rdma') return { kind: 'rdma', device: deviceFor(options.host, options.device) }
+  const device = options.device !== undefined ? openDevice(options.device) : deviceServing(options.host)
+  if (device) return { kind: 'rdma', device }
+  if (!fallbackWarned) {
+    fallbackWarned = true
+    process.emitWarning(`No RDMA device serves ${options.host}: the transfer agent runs over TCP (transport 'auto'). Pass transport: 'tcp' to choose it, or 'rdma' to require a device.`,
+      { code: 'NODE_IBVERBS_TCP_FALLBACK' })
+  }
+  return { kind: 'tcp', device: undefined }
 }
 
 export interface AgentSettings {
@@ -34,8 +65,9 @@ export interface AgentSettings {
   ackTimeout: number
 }
 
-export function agentSettings(options: TransferAgentOptions, device: Device): AgentSettings {
-  const maxMessage = device.queryPort(1).maxMessageSize || 2 ** 31
+/** `device`: the RDMA device (slices never exceed its max message size); none for TCP. */
+export function agentSettings(options: TransferAgentOptions, device: Device | undefined): AgentSettings {
+  const maxMessage = device?.queryPort(1).maxMessageSize || 2 ** 31
   return {
     qpsPerPeer: integer(options.qpsPerPeer ?? DEFAULTS.qpsPerPeer, 'options.qpsPerPeer', 1, MAX_QPS),
     sliceBytes: Math.min(integer(options.sliceBytes ?? DEFAULTS.sliceBytes, 'options.sliceBytes', 1, 2 ** 31), maxMessage),

@@ -3,22 +3,25 @@
 // pull), with notifications that reach the peer after the data.
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { bounded, listen, type Listener, type ConnectionRequest } from '../cm/index.js'
+import { bounded } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'
-import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'
+import type { RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import type { ControlMessage } from './control.js'
 import { decodeNotification, encodeNotification, NotificationFeed } from './notifications.js'
-import { acceptLink, connectLink, Link, type LinkSettings } from './link.js'
-import { agentSettings, deviceFor, progressOptions } from './agent-settings.js'
+import type { Link } from './link.js'
+import { agentSettings, chooseTransport, progressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
 import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
 import type { TransferResult } from './run.js'
 import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
-import { accessFor, LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import type { Transport, TransportKind } from './transport.js'
+import { RdmaTransport } from './rdma-transport.js'
+import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
 import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
@@ -39,26 +42,27 @@ export class TransferAgent extends EventEmitter {
   /** This agent's id: its incarnation, new at every create(). */
   readonly id = randomUUID()
   readonly name: string
-  readonly device: Device
-  readonly pd: ProtectionDomain
+  /** RDMA: the device opened; TCP: none. */
+  readonly device: Device | undefined
+  /** RDMA: the protection domain of the segments; TCP: none. */
+  readonly pd: ProtectionDomain | undefined
+  /** The transport the agent runs on ('auto' resolved): stats().transport says it too. */
+  readonly transport: TransportKind
   readonly host: string
   readonly qpsPerPeer: number
   readonly sliceBytes: number
-  readonly #settings: LinkSettings
+  readonly #transport: Transport
   readonly #handshakeMs: number
   readonly #transferMs: number | undefined
   readonly #stallMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
-  #listener: Listener | undefined
   #registry: EtcdRegistry | undefined
   #closed = false
 
-  private constructor(options: TransferAgentOptions, device: Device) {
+  private constructor(options: TransferAgentOptions, kind: TransportKind, device: Device | undefined) {
     super()
-    this.device = device
-    this.pd = device.allocPd()
     this.host = options.host
     this.name = options.name ?? this.id
     const settings = agentSettings(options, device)
@@ -67,15 +71,18 @@ export class TransferAgent extends EventEmitter {
     this.#transferMs = settings.transferMs
     this.#stallMs = settings.stallMs
     this.#handshakeMs = settings.handshakeMs
-    this.#settings = {
-      pd: this.pd, agent: this.id, name: this.name, qps: this.qpsPerPeer,
-      queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, ackTimeout: settings.ackTimeout,
+    const links = {
+      agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs,
       table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
     }
+    this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs) : new TcpTransport(links, this.#handshakeMs)
+    this.transport = kind
+    this.device = this.#transport.device
+    this.pd = this.#transport.pd
   }
 
   /**
-   * Opens the device, and listens for peers on host:port. With `metadata`,
+   * Opens the transport (RDMA: the device; TCP: nothing), and listens for peers on host:port. With `metadata`,
    * also registers in etcd (rejects with ERR_METADATA_UNAVAILABLE when etcd
    * does not answer within its request bound).
    */
@@ -85,17 +92,16 @@ export class TransferAgent extends EventEmitter {
     const port = integer(o.port ?? 0, 'options.port', 0, 65535)
     const metadata = o.metadata === undefined ? undefined : metadataSettings(o.metadata)
     if (metadata && !isAgentName(o.name)) throw typeError(`${NAME_RULE} (with options.metadata the name is the agent's key)`, 'options.name', o.name)
-    const device = deviceFor(o.host, o.device)
+    const { kind, device } = chooseTransport(o)
     let agent: TransferAgent | undefined
     try {
-      agent = new TransferAgent(o, device)
-      agent.#listener = await listen({ host: o.host, port, pd: agent.pd })
-      agent.#listener.on('request', (request: ConnectionRequest) => agent!.#onRequest(request))
+      agent = new TransferAgent(o, kind, device)
+      await agent.#transport.listen(o.host, port, (accepting) => agent!.#onAccepting(accepting))
       if (metadata) agent.#registry = await agent.#openRegistry(metadata)
       return agent
     } catch (error) {
-      if (agent) agent.#listener?.close()
-      device.close()
+      if (agent) agent.#transport.close()
+      else device?.close()
       throw error
     }
   }
@@ -104,7 +110,7 @@ export class TransferAgent extends EventEmitter {
     return EtcdRegistry.open(settings, {
       name: this.name,
       incarnation: this.id,
-      addresses: () => [{ host: this.host, port: this.port, device: this.device.name }],
+      addresses: () => [{ host: this.host, port: this.port, device: this.device?.name ?? 'tcp' }],
       segmentsVersion: () => this.#table.version,
     }, {
       joined: (record) => { if (!this.#closed) this.emit('peerJoined', record) },
@@ -120,7 +126,7 @@ export class TransferAgent extends EventEmitter {
   members(): ReadonlyMap<string, PeerRecord> { return this.#registry?.members() ?? new Map() }
 
   /** The port peers connect to. */
-  get port(): number { return this.#listener?.address?.port ?? 0 }
+  get port(): number { return this.#transport.port }
 
   /** Peers connected to or from this agent, by id. */
   get peers(): ReadonlyMap<string, Peer> { return this.#peers }
@@ -137,12 +143,7 @@ export class TransferAgent extends EventEmitter {
     const o = object(options, 'options')
     const rights = oneOf(o.remote, 'options.remote', SEGMENT_RIGHTS, 'none')
     if (this.#table.byName.has(name)) throw new RdmaError(`A segment named '${name}' is registered already`, { code: 'ERR_SEGMENT_EXISTS' })
-    let region: MemoryRegion
-    if (o.memory !== undefined) {
-      region = this.pd.registerMemory(o.memory as RegisterableMemory, accessFor(rights))
-    } else {
-      region = this.pd.allocRegion(integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), accessFor(rights))
-    }
+    const region = this.#transport.register(o.memory !== undefined ? o.memory as RegisterableMemory : integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), rights)
     const segment = this.#table.add(name, region, rights)
     this.#broadcast({ t: 'add', v: this.#table.version, seg: [segment.entry()], end: true })
     this.#registry?.publish()
@@ -190,7 +191,7 @@ export class TransferAgent extends EventEmitter {
     if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
     const port = integer(o.port, 'options.port', 1, 65535)
     const wait = waitOptions({ timeoutMs: o.timeoutMs ?? this.#handshakeMs, signal: o.signal })
-    const link = await connectLink(this.#settings, o.host, port, wait.timeoutMs!, wait.signal)
+    const link = await this.#transport.connect(o.host, port, wait.timeoutMs!, wait.signal)
     return this.#adopt(link, { host: o.host, port })
   }
 
@@ -229,7 +230,7 @@ export class TransferAgent extends EventEmitter {
   #dial(record: PeerRecord, wait: WaitOptions): Promise<Link> {
     const address = record.addresses[0]
     if (!address) throw new RdmaError(`The record of '${record.name}' has no address`, { code: 'ERR_METADATA_RECORD' })
-    return connectLink(this.#settings, address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal, record.incarnation)
+    return this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal, record.incarnation)
   }
 
   /** A peer left the cluster: the links to that incarnation fail now (not after RC retries), then listeners hear it. */
@@ -243,13 +244,9 @@ export class TransferAgent extends EventEmitter {
     this.emit('peerLeft', event)
   }
 
-  #onRequest(request: ConnectionRequest): void {
-    if (this.#closed) {
-      try { request.reject() } catch { /* gone */ }
-      return
-    }
+  #onAccepting(accepting: Promise<Link>): void {
     // A failed handshake is the peer's problem: it is reported, never thrown.
-    acceptLink(this.#settings, request, this.#handshakeMs).then((link) => {
+    accepting.then((link) => {
       // Closed meanwhile (its close delivered the handshake's last message): the link goes too.
       if (this.#closed) return link.close()
       this.emit('peer', this.#adopt(link, undefined))
@@ -328,7 +325,7 @@ export class TransferAgent extends EventEmitter {
     if (!address) {
       throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
     }
-    peer.relinking ??= connectLink(this.#settings, address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
+    peer.relinking ??= this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
       peer.relinking = undefined
       this.#relinked(peer, link, address)
       return link
@@ -445,7 +442,7 @@ export class TransferAgent extends EventEmitter {
   stats(): AgentStats {
     const peers: AgentStats['peers'] = {}
     for (const peer of this.#peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
-    return { total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
+    return { transport: this.transport, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
   }
 
   // --- closing ---------------------------------------------------------------
@@ -469,11 +466,11 @@ export class TransferAgent extends EventEmitter {
     if (this.#closed) return Promise.resolve()
     this.#closed = true
     const leaving = this.#registry?.close() ?? Promise.resolve()
-    this.#listener?.close()
+    this.#transport.stop()
     for (const peer of [...this.#peers.values()]) this.closePeer(peer)
     this.#feed.end()
     for (const segment of [...this.#table.byName.values()]) this.#table.remove(segment)
-    this.device.close()
+    this.#transport.close()
     return leaving
   }
 

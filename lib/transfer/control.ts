@@ -4,7 +4,8 @@
 // additions and withdrawals) and notifications. Nothing rides in private data
 // but a protocol tag.
 import { RdmaError } from '../core/errors.js'
-import { bounded, type Connection } from '../cm/index.js'
+import { bounded } from '../cm/index.js'
+import type { WaitOptions } from '../core/validate.js'
 import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import type { SegmentEntry } from './segments.js'
 
@@ -48,7 +49,22 @@ export interface WithdrawMessage { t: 'del'; v: number; name: string }
 export interface NotifyMessage { t: 'n'; s?: string; b?: string; u?: 1 }
 /** Several messages sent together, handled in order. */
 export interface ListMessage { t: 'm'; list: ControlMessage[] }
-export type ControlMessage = HelloMessage | AddMessage | WithdrawMessage | NotifyMessage | ListMessage
+/** The TCP link's hello (tcp/link.ts): lanes instead of QP endpoints; `want` asks for one incarnation. */
+export interface TcpHelloMessage { t: 'hello' | 'welcome'; p: number; tcp: 1; agent: string; name: string; lanes: number; want?: string }
+export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | NotifyMessage | ListMessage
+
+/**
+ * What the link needs of its control connection: in-order JSON messages both
+ * ways and a 'disconnected' event. An rdma_cm Connection is one; a TCP
+ * link's socket gives another (tcp/channel.ts).
+ */
+export interface ControlChannel {
+  /** Resolves when the message is sent (RDMA: the peer's device has it; TCP: the kernel has it). */
+  sendJson(value: unknown, options?: WaitOptions): Promise<void>
+  receiveJson(): Promise<unknown>
+  on(event: 'disconnected', listener: () => void): unknown
+  close(): void
+}
 
 export function protocolError(message: string): RdmaError {
   return new RdmaError(message, { code: 'ERR_TRANSFER_PROTOCOL' })
@@ -67,7 +83,7 @@ export function protocolError(message: string): RdmaError {
  * then handed over in arrival order (`listen`).
  */
 export class ControlInbox {
-  readonly #conn: Connection
+  readonly #conn: ControlChannel
   readonly #queue: ControlMessage[] = []
   readonly #waiters: Array<{ resolve: (m: ControlMessage) => void; reject: (e: Error) => void }> = []
   #failure: Error | undefined
@@ -75,7 +91,7 @@ export class ControlInbox {
   #onFailure: ((error: Error) => void) | undefined
   #failureReported = false
 
-  constructor(conn: Connection) {
+  constructor(conn: ControlChannel) {
     this.#conn = conn
     for (let i = 0; i < RECEIVES; i++) this.#receive()
   }
@@ -162,7 +178,7 @@ export class ControlInbox {
 }
 
 /** Sends the whole table in chunks; the last one has end: true. */
-export async function sendTable(conn: Connection, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
+export async function sendTable(conn: ControlChannel, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
   for (let at = 0; at === 0 || at < entries.length; at += TABLE_CHUNK) {
     await conn.sendJson({ t: 'add', v: version, seg: entries.slice(at, at + TABLE_CHUNK), end: at + TABLE_CHUNK >= entries.length } satisfies AddMessage, { timeoutMs })
   }

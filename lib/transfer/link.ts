@@ -1,28 +1,27 @@
-// A link to a peer: the rdma_cm control connection plus the data QPs (plain
-// RC QPs on a CQ of their own, connected with endpoints exchanged over the
-// control channel). A link is used until it fails; then it is torn down as a
-// whole and never reused: the next transfer gets a fresh link (fresh QPs).
+// A link to a peer: a control channel plus data lanes. `Link` is the part
+// both transports share (the ordered outbox of notifications, table changes,
+// failure); `RdmaLink` is the rdma_cm control connection plus the data QPs
+// (plain RC QPs on a CQ of their own, connected with endpoints exchanged over
+// the control channel); the TCP link is in tcp/link.ts. A link is used until
+// it fails; then it is torn down as a whole and never reused: the next
+// transfer gets a fresh link (fresh QPs, or a fresh socket).
 import { connect, type Connection, type ConnectionRequest } from '../cm/index.js'
 import { RdmaError } from '../core/errors.js'
 import type { CompletionQueue } from '../verbs/completion-queue.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
-import { QpPoster } from './poster.js'
+import { QpPoster, type Lane } from './poster.js'
+import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
-import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlMessage, type HelloMessage } from './control.js'
+import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlChannel, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
+import type { AgentLinkSettings } from './transport.js'
 
-export interface LinkSettings {
+/** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
+export interface LinkSettings extends AgentLinkSettings {
   pd: ProtectionDomain
-  agent: string
-  name: string
-  qps: number
-  queueDepth: number
-  batchWrs: number
   /** The data QPs' ACK timeout exponent (4.096 µs × 2^n), on both ends of each QP. */
   ackTimeout: number
-  /** A snapshot of the local table, taken when it is sent. */
-  table: () => { entries: SegmentEntry[]; version: number }
 }
 
 /** A message waiting for its turn: `go` is undefined until its data is placed (or failed). */
@@ -45,9 +44,9 @@ export class Link {
   #sending = 0
   #closed = false
 
-  constructor(readonly conn: Connection, readonly inbox: ControlInbox, readonly cq: CompletionQueue, readonly qps: QueuePair[], readonly remote: RemoteTable,
-    readonly peerAgent: string, readonly peerName: string, batchWrs: number) {
-    this.posters = qps.map((qp, i) => new QpPoster(qp, i, batchWrs))
+  constructor(readonly conn: ControlChannel, readonly inbox: ControlInbox, readonly lanes: readonly Lane[], readonly remote: RemoteTable,
+    readonly peerAgent: string, readonly peerName: string, batchWrs: number, readonly closeData: () => void = () => undefined) {
+    this.posters = lanes.map((lane, i) => new QpPoster(lane, i, batchWrs))
   }
 
   get healthy(): boolean { return this.error === undefined && !this.#closed }
@@ -106,9 +105,9 @@ export class Link {
   }
 
   /**
-   * Marks the link failed: its queued work is dropped, the QPs are closed
-   * (the device is then done with every buffer they named; requests in
-   * flight are rejected), and the peer's segments are withdrawn.
+   * Marks the link failed: its queued work is dropped, the lanes are closed
+   * (RDMA: the device is then done with every buffer the QPs named; requests
+   * in flight are rejected), and the peer's segments are withdrawn.
    */
   fail(error: RdmaError): void {
     if (this.error) return
@@ -122,9 +121,17 @@ export class Link {
     if (this.#closed) return
     this.#closed = true
     this.error ??= new RdmaError('The link was closed', { code: 'ERR_CLOSED' })
-    for (const qp of this.qps) qp.close()
-    try { this.cq.close() } catch { /* closed with the device */ }
+    for (const lane of this.lanes) lane.close()
+    try { this.closeData() } catch { /* closed with the device */ }
     this.conn.close()
+  }
+}
+
+/** An RDMA link: the rdma_cm connection's QP carries the control messages, RC QPs on one CQ the data. */
+export class RdmaLink extends Link {
+  constructor(conn: Connection, inbox: ControlInbox, readonly cq: CompletionQueue, readonly qps: QueuePair[], remote: RemoteTable,
+    peerAgent: string, peerName: string, batchWrs: number) {
+    super(conn, inbox, qps.map((qp) => new QpLane(qp)), remote, peerAgent, peerName, batchWrs, () => cq.close())
   }
 }
 
@@ -154,7 +161,7 @@ function checkHello(message: HelloMessage, expected: number | undefined): void {
 }
 
 /** Exchanges the tables (both ways at once: neither side waits on the other's receives). */
-async function exchangeTables(conn: Connection, inbox: ControlInbox, settings: LinkSettings, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
+export async function exchangeTables(conn: ControlChannel, inbox: ControlInbox, settings: Pick<LinkSettings, 'table'>, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
   const sent = settings.table()
   await Promise.all([
     sendTable(conn, sent.entries, sent.version, timeoutMs),
@@ -177,7 +184,7 @@ function handshakeError(error: unknown): unknown {
  * and the link is built. A failure closes all that was opened.
  */
 async function handshake(conn: Connection, settings: LinkSettings, left: () => number,
-  greet: (inbox: ControlInbox, open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<Link> {
+  greet: (inbox: ControlInbox, open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<RdmaLink> {
   let data: DataQps | undefined
   try {
     // Receives for everything the peer may send are posted before this side first sends.
@@ -186,7 +193,7 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
     const { cq, qps } = data! // greet opens them before it returns
     const remote = new RemoteTable()
     const sent = await exchangeTables(conn, inbox, settings, remote, left())
-    const link = new Link(conn, inbox, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
+    const link = new RdmaLink(conn, inbox, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
     link.sentTable = sent
     return link
   } catch (error) {
@@ -203,7 +210,7 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
  * listening there (a restarted process on the same port) refuses the request,
  * and the connect fails with ERR_STALE_PEER.
  */
-export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<Link> {
+export async function connectLink(settings: LinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<RdmaLink> {
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const privateData = incarnation === undefined ? CONNECT_TAG : Buffer.concat([CONNECT_TAG, Buffer.from(incarnation)])
@@ -230,7 +237,7 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
 }
 
 /** Answers a connect request (the listening side); a request that is not an agent's is rejected. */
-export async function acceptLink(settings: LinkSettings, request: ConnectionRequest, timeoutMs: number): Promise<Link> {
+export async function acceptLink(settings: LinkSettings, request: ConnectionRequest, timeoutMs: number): Promise<RdmaLink> {
   const tag = request.privateData?.subarray(0, CONNECT_TAG.length)
   if (!tag || !CONNECT_TAG.equals(tag)) {
     request.reject()

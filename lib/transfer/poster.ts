@@ -1,10 +1,26 @@
-// One poster per data QP of a peer. Transfers queue on it; it posts their
+// One poster per data QP (lane) of a peer. Transfers queue on it; it posts their
 // slices in batches (one postBatch, one doorbell and one signaled completion
 // per batch), taking turns between transfers (round robin: hundreds of
 // concurrent transfers share the QP fairly), and never has more work
 // requests in flight than the QP's send queue holds: the rest waits here,
 // in JS, instead of failing with ENOMEM.
-import type { QueuePair } from '../verbs/queue-pair.js'
+import type { CheckedPlan } from './plan.js'
+import type { SegmentMemory } from './segments.js'
+
+/**
+ * Where a poster's batches go: a data QP (RDMA, qp-lane.ts) or a lane of a
+ * TCP link (tcp/channel.ts). `post` moves slices from..to of the plan and
+ * settles when the peer has them (RDMA: the batch's signaled completion;
+ * TCP: the peer's ack); it rejects with a coded error.
+ */
+export interface Lane {
+  /** Work requests (slices) that may be in flight at once. */
+  readonly depth: number
+  /** Closed or in error: a failed batch broke the link (else it was refused alone). */
+  readonly broken: boolean
+  post(plan: CheckedPlan, from: number, to: number, regions: readonly SegmentMemory[]): Promise<void>
+  close(): void
+}
 
 /** A batch a source posted: its work requests, the bytes they move, and its completion. */
 export interface PostedBatch { wrs: number; bytes: number; /** Its slices: from .. to of the plan. */ from: number; to: number; done: Promise<void> }
@@ -16,11 +32,11 @@ export interface PostSource {
   /** Whether slices remain for QP `q`. */
   hasMore(q: number): boolean
   /**
-   * Posts up to `max` of its work requests for QP `q` on `qp`, as one batch.
+   * Posts up to `max` of its work requests for QP `q` on `lane`, as one batch.
    * Throws, having posted nothing, when the batch cannot be posted (a segment
    * it names was unregistered meanwhile): that fails this transfer alone.
    */
-  postNext(q: number, max: number, qp: QueuePair): PostedBatch
+  postNext(q: number, max: number, lane: Lane): PostedBatch
   batchDone(batch: PostedBatch): void
   /**
    * `linkBroken`: the QP is in the error state or closed (not a refusal of
@@ -35,8 +51,8 @@ export class QpPoster {
   readonly #depth: number
   readonly #batch: number
 
-  constructor(readonly qp: QueuePair, readonly index: number, batchWrs: number) {
-    this.#depth = qp.caps.maxSendWr
+  constructor(readonly lane: Lane, readonly index: number, batchWrs: number) {
+    this.#depth = lane.depth
     this.#batch = Math.max(1, Math.min(batchWrs, this.#depth))
   }
 
@@ -58,7 +74,7 @@ export class QpPoster {
       if (source.settled) continue
       let batch: PostedBatch
       try {
-        batch = source.postNext(this.index, this.#batch, this.qp)
+        batch = source.postNext(this.index, this.#batch, this.lane)
       } catch (error) {
         source.batchFailed(error as Error, this.#linkBroken(), false)
         continue
@@ -79,9 +95,9 @@ export class QpPoster {
     }
   }
 
-  /** Whether this QP is closed or in the error state (else a failed batch was refused alone). */
+  /** Whether the lane is closed or in the error state (else a failed batch was refused alone). */
   #linkBroken(): boolean {
-    return this.qp.closed || this.qp.error !== undefined
+    return this.lane.broken
   }
 
   /** Drops every queued transfer (the link failed; they were rejected). */

@@ -2,12 +2,10 @@
 // QP posters, counts what completions confirm, and settles exactly once —
 // done (after the notification, if any, is sent), or failed / stalled /
 // timed out / aborted with the blocks known to have landed.
-import { SendFlags, WrOpcode } from '../core/constants.js'
 import { RdmaError } from '../core/errors.js'
-import type { MemoryRegion } from '../verbs/memory.js'
-import type { QueuePair } from '../verbs/queue-pair.js'
 import type { CheckedPlan } from './plan.js'
-import type { PostedBatch, PostSource, QpPoster } from './poster.js'
+import type { Lane, PostedBatch, PostSource, QpPoster } from './poster.js'
+import type { SegmentMemory } from './segments.js'
 import type { RdmaErrorCode } from '../core/error-codes.js'
 import { LandedBlocks } from './landed.js'
 import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
@@ -130,8 +128,8 @@ export class TransferRun implements PostSource {
     return !this.settled && this.#cursor[q]! < this.#plan.bounds[q + 1]!
   }
 
-  postNext(q: number, max: number, qp: QueuePair): PostedBatch {
-    const { slices, wire, locals, remotes } = this.#plan
+  postNext(q: number, max: number, lane: Lane): PostedBatch {
+    const { slices, locals, remotes } = this.#plan
     const from = this.#cursor[q]!
     const to = Math.min(this.#plan.bounds[q + 1]!, from + max)
     if (to <= from) return { wrs: 0, bytes: 0, from, to: from, done: Promise.resolve() }
@@ -139,7 +137,7 @@ export class TransferRun implements PostSource {
     // The local regions the batch names (held until it completes); a segment
     // unregistered since the plan was checked refuses the batch, before any
     // of it is posted.
-    const regions: MemoryRegion[] = []
+    const regions: SegmentMemory[] = []
     let lastLocal = -1
     let lastRemote = -1
     let bytes = 0
@@ -159,14 +157,7 @@ export class TransferRun implements PostSource {
         if (segment.withdrawn) throw new RdmaError(`The peer withdrew segment '${segment.name}' during the transfer`, { code: 'ERR_SEGMENT_WITHDRAWN' })
       }
     }
-    const opcode = this.#plan.op === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
-    const done = qp.postEncoded(this.#plan.op, to - from, regions, (first, enc) => {
-      const last = to - 1
-      for (let i = from; i < to; i++) {
-        enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
-          wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
-      }
-    })
+    const done = lane.post(this.#plan, from, to, regions)
     this.#inflight++
     return { wrs: to - from, bytes, from, to, done }
   }

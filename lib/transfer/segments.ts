@@ -5,6 +5,7 @@
 import { Access } from '../core/constants.js'
 import { RdmaError } from '../core/errors.js'
 import type { MemoryRegion } from '../verbs/memory.js'
+import type { PlainMemory } from './plain-memory.js'
 import { RemoteRegion } from '../verbs/remote.js'
 
 /** What a peer may do to a segment with one-sided operations. */
@@ -23,6 +24,9 @@ export function allows(rights: SegmentRights, op: 'read' | 'write'): boolean {
   return rights === 'read-write' || rights === op
 }
 
+/** A segment's memory: a registered region (RDMA) or plain memory (TCP). */
+export type SegmentMemory = MemoryRegion | PlainMemory
+
 /** A segment as it travels to peers: [name, address (hex), rkey, length, rights]. */
 export type SegmentEntry = [string, string, number, number, SegmentRights]
 
@@ -31,12 +35,12 @@ export class Segment {
   #withdrawn = false
   /** @internal index in this agent's columns (stable for the segment's life) */
   readonly index: number
-  constructor(readonly name: string, readonly region: MemoryRegion, readonly rights: SegmentRights, index: number) {
+  constructor(readonly name: string, readonly region: SegmentMemory, readonly rights: SegmentRights, index: number) {
     this.index = index
   }
 
   get length(): number { return this.region.length }
-  /** The segment's bytes (a view of registered memory). */
+  /** The segment's bytes (a view of its memory). */
   get bytes(): Uint8Array { return this.region.bytes }
   /** True once unregistered: transfers naming it are refused. */
   get withdrawn(): boolean { return this.#withdrawn }
@@ -75,7 +79,7 @@ export class LocalTable {
   readonly lengths: number[] = []
   version = 0
 
-  add(name: string, region: MemoryRegion, rights: SegmentRights): Segment {
+  add(name: string, region: SegmentMemory, rights: SegmentRights): Segment {
     if (this.byName.has(name)) throw segmentError('ERR_SEGMENT_EXISTS', `A segment named '${name}' is registered already`)
     const segment = new Segment(name, region, rights, this.lengths.length)
     this.lengths.push(region.length)

@@ -1,0 +1,217 @@
+// One TCP link's socket: the control channel (JSON frames, in order, as the
+// rdma_cm connection's QP carries them) and the data plane both ways. As the
+// initiator it sends batches of slices (writes: the bytes are views of the
+// segment, written without a copy; reads: requests whose answers are read
+// straight into the destination) and settles each batch on the peer's ack;
+// as the target it serves the peer's frames against this agent's segments
+// (serve.ts). A socket that ends, resets or errs fails everything in flight
+// with ECONNRESET.
+import { EventEmitter } from 'node:events'
+import type { Socket } from 'node:net'
+import { bounded } from '../../cm/index.js'
+import { RdmaError } from '../../core/errors.js'
+import type { WaitOptions } from '../../core/validate.js'
+import type { ControlChannel } from '../control.js'
+import type { CheckedPlan } from '../plan.js'
+import type { Lane } from '../poster.js'
+import { FrameReader, FrameType, head, HEADER, protocolError, Refusal, writeHead, type FrameHead, type FrameSink } from './frames.js'
+import { SegmentServer, type SegmentLookup } from './serve.js'
+
+interface PendingBatch {
+  op: 'read' | 'write'
+  resolve: () => void
+  reject: (error: Error) => void
+  /** A read's destinations, slice by slice, and how many have arrived. */
+  targets: Uint8Array[] | undefined
+  next: number
+}
+
+const WHY: Record<number, string> = {
+  [Refusal.Unknown]: 'the segment is not registered there (never, or withdrawn)',
+  [Refusal.Rights]: 'the segment\'s rights do not allow it',
+  [Refusal.Bounds]: 'the range is outside the segment',
+}
+
+function refused(op: string, status: number): RdmaError {
+  return new RdmaError(`The peer refused the ${op}: ${WHY[status] ?? `reason ${status}`} (its agent checks every frame: TCP has no NIC enforcement)`,
+    { code: 'REM_ACCESS_ERR', status: 'REM_ACCESS_ERR' })
+}
+
+export function connectionLost(message: string, cause?: unknown): RdmaError {
+  return new RdmaError(message, { code: 'ECONNRESET', ...(cause !== undefined ? { cause } : {}) })
+}
+
+export class TcpChannel extends EventEmitter implements ControlChannel, FrameSink {
+  readonly #socket: Socket
+  readonly #reader: FrameReader
+  readonly #server: SegmentServer
+  readonly #messages: unknown[] = []
+  readonly #waiters: Array<{ resolve: (m: unknown) => void; reject: (e: Error) => void }> = []
+  readonly #pending = new Map<number, PendingBatch>()
+  #serving = false
+  #nextBatch = 1
+  #failure: RdmaError | undefined
+
+  constructor(socket: Socket, lookup: SegmentLookup) {
+    super()
+    this.#socket = socket
+    this.#reader = new FrameReader(this)
+    this.#server = new SegmentServer(lookup, (parts) => { for (const part of parts) socket.write(part) })
+    socket.setNoDelay(true)
+    socket.on('data', (chunk: Buffer) => {
+      // Answers written while a chunk is parsed leave together.
+      socket.cork()
+      try {
+        this.#reader.push(chunk)
+      } catch (error) {
+        this.#fail(error instanceof RdmaError ? error : protocolError(`Bad frame from the peer: ${(error as Error).message}`))
+      } finally {
+        socket.uncork()
+      }
+    })
+    socket.on('end', () => this.#fail(connectionLost('The peer closed the connection (its process or link is gone)')))
+    socket.on('error', (error) => this.#fail(connectionLost(`The connection to the peer failed: ${error.message}`, error)))
+    socket.on('close', () => this.#fail(connectionLost('The connection to the peer closed')))
+  }
+
+  get failed(): boolean { return this.#failure !== undefined }
+
+  /** Serves the peer's data frames from now on (after its hello: nothing is served to a socket that did not say who it is). */
+  open(): void { this.#serving = true }
+
+  // --- control ---------------------------------------------------------------
+
+  sendJson(value: unknown, options: WaitOptions = {}): Promise<void> {
+    if (this.#failure) return Promise.reject(this.#failure)
+    const json = Buffer.from(JSON.stringify(value))
+    const sent = new Promise<void>((resolve, reject) => {
+      this.#socket.write(head(FrameType.Control, 0, 0, 0, 0, 0, json.length))
+      this.#socket.write(json, (error) => error ? reject(this.#failure ?? connectionLost(error.message, error)) : resolve())
+    })
+    return bounded(sent, 'sendJson', options)
+  }
+
+  receiveJson(): Promise<unknown> {
+    const queued = this.#messages.shift()
+    if (queued !== undefined) return Promise.resolve(queued)
+    if (this.#failure) return Promise.reject(this.#failure)
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }))
+  }
+
+  #deliver(message: unknown): void {
+    const waiter = this.#waiters.shift()
+    if (waiter) waiter.resolve(message)
+    else this.#messages.push(message)
+  }
+
+  // --- frames in -------------------------------------------------------------
+
+  target(frame: FrameHead): Uint8Array | null {
+    switch (frame.type) {
+      case FrameType.Write:
+        this.#assertServing()
+        return this.#server.writeTarget(frame)
+      case FrameType.ReadData: {
+        const batch = this.#pending.get(frame.batch)
+        const target = batch?.targets?.[batch.next++]
+        if (!target) throw protocolError(`The peer sent read data for no read (batch ${frame.batch})`)
+        return target
+      }
+      default:
+        if (frame.payload !== 0) throw protocolError(`A frame of type ${frame.type} with a payload`)
+        return null
+    }
+  }
+
+  end(frame: FrameHead, filled: Uint8Array | null): void {
+    switch (frame.type) {
+      case FrameType.Control: {
+        let message: unknown
+        try { message = JSON.parse(Buffer.from(filled!.buffer, filled!.byteOffset, filled!.byteLength).toString()) } catch { throw protocolError('The peer sent a control message that is not JSON') }
+        return this.#deliver(message)
+      }
+      case FrameType.WriteEnd: this.#assertServing(); return this.#server.writeEnd(frame)
+      case FrameType.Read: this.#assertServing(); return this.#server.read(frame)
+      case FrameType.ReadEnd: this.#assertServing(); return this.#server.readEnd(frame)
+      case FrameType.WriteAck:
+      case FrameType.ReadAck: return this.#acked(frame)
+      default: return // Write, ReadData: placed already
+    }
+  }
+
+  #assertServing(): void {
+    if (!this.#serving) throw protocolError('The peer sent data frames before its hello')
+  }
+
+  #acked(frame: FrameHead): void {
+    const batch = this.#pending.get(frame.batch)
+    if (!batch || (batch.op === 'read') !== (frame.type === FrameType.ReadAck)) throw protocolError(`The peer acknowledged batch ${frame.batch}, which is not in flight`)
+    this.#pending.delete(frame.batch)
+    if (frame.status !== Refusal.None) return batch.reject(refused(batch.op, frame.status))
+    if (batch.targets && batch.next !== batch.targets.length) throw protocolError(`The peer acknowledged read batch ${frame.batch} with ${batch.next} of ${batch.targets.length} slices`)
+    batch.resolve()
+  }
+
+  // --- frames out ------------------------------------------------------------
+
+  /** Sends slices from..to of the plan as one batch; settles on the peer's ack. */
+  postBatch(plan: CheckedPlan, from: number, to: number): Promise<void> {
+    if (this.#failure) return Promise.reject(this.#failure)
+    const batch = this.#nextBatch
+    this.#nextBatch = this.#nextBatch >= 0xffffffff ? 1 : this.#nextBatch + 1
+    const { slices, locals, remotes } = plan
+    const read = plan.op === 'read'
+    const heads = Buffer.allocUnsafe(HEADER * (to - from + 1))
+    const targets: Uint8Array[] | undefined = read ? [] : undefined
+    const socket = this.#socket
+    socket.cork()
+    for (let i = from, at = 0; i < to; i++, at += HEADER) {
+      const len = slices.len[i]!
+      const loff = slices.loff[i]!
+      const bytes = locals[slices.lseg[i]!]!.region.bytes.subarray(loff, loff + len)
+      const key = remotes[slices.rseg[i]!]!.region.rkey
+      writeHead(heads, at, read ? FrameType.Read : FrameType.Write, 0, batch, key, slices.roff[i]!, len, read ? 0 : len)
+      socket.write(heads.subarray(at, at + HEADER))
+      if (read) targets!.push(bytes)
+      else socket.write(bytes)
+    }
+    const at = HEADER * (to - from)
+    writeHead(heads, at, read ? FrameType.ReadEnd : FrameType.WriteEnd, 0, batch, 0, 0, 0, 0)
+    socket.write(heads.subarray(at, at + HEADER))
+    socket.uncork()
+    return new Promise<void>((resolve, reject) => {
+      this.#pending.set(batch, { op: plan.op, resolve, reject, targets, next: 0 })
+    })
+  }
+
+  // --- failure and close -----------------------------------------------------
+
+  #fail(error: RdmaError, emit = true): void {
+    if (this.#failure) return
+    this.#failure = error
+    for (const waiter of this.#waiters.splice(0)) waiter.reject(error)
+    if (emit) this.emit('disconnected')
+    for (const batch of this.#pending.values()) batch.reject(error)
+    this.#pending.clear()
+    this.#socket.destroy()
+  }
+
+  /** Closes the link's socket: what was written goes first (a notification sent just before is delivered). */
+  close(): void {
+    if (this.#failure) return
+    this.#failure = new RdmaError('The link was closed', { code: 'ERR_CLOSED' })
+    for (const waiter of this.#waiters.splice(0)) waiter.reject(this.#failure)
+    for (const batch of this.#pending.values()) batch.reject(this.#failure)
+    this.#pending.clear()
+    this.#socket.end()
+    setTimeout(() => this.#socket.destroy(), 2000).unref()
+  }
+}
+
+/** A lane of a TCP link: its poster's batches go over the link's one socket. */
+export class TcpLane implements Lane {
+  constructor(readonly channel: TcpChannel, readonly depth: number) {}
+  get broken(): boolean { return this.channel.failed }
+  post(plan: CheckedPlan, from: number, to: number): Promise<void> { return this.channel.postBatch(plan, from, to) }
+  close(): void { /* the link closes the channel */ }
+}

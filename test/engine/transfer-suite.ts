@@ -1,0 +1,360 @@
+// The transfer engine's behaviour, for any transport: test/rdma/100 runs it
+// with 'rdma' on the device, test/unit/93 with 'tcp' on loopback (no device).
+// Random segment layouts and blocks (fast-check), read and write over 1-4
+// QPs (lanes), every byte checked on both sides; notifications after the
+// data, in order; 200 concurrent transfers; rights checked locally;
+// withdrawn segments; bounded failures; a batch refused alone.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import fc from 'fast-check'
+import { TransferAgent, TransferError, type Block, type Peer, type Segment } from '../../dist/index.js'
+import { fill, until, within, type EngineEnv } from './util.js'
+
+const KiB = 1024
+const MiB = 1024 * KiB
+
+/** The agents the suite shares: a server, and clients with 1, 2, 3 and 4 QPs (lanes) per peer, each connected to it. */
+export interface EngineAgents { server: TransferAgent; clients: Array<{ agent: TransferAgent; peer: Peer }> }
+
+/** Creates the agents before the file's tests (closed after them); the object is filled in beforeAll. */
+export function engineAgents(env: EngineEnv): EngineAgents {
+  const { host, transport } = env
+  const ctx = { clients: [] } as unknown as EngineAgents
+  beforeAll(async () => {
+    ctx.server = await TransferAgent.create({ host, port: 0, name: 'server', transport })
+    for (let qps = 1; qps <= 4; qps++) {
+      const agent = await TransferAgent.create({ host, port: 0, name: `client-${qps}`, qpsPerPeer: qps, sliceBytes: 64 * KiB, transport })
+      ctx.clients.push({ agent, peer: await agent.connect({ host, port: ctx.server.port, timeoutMs: 20_000 }) })
+    }
+  })
+  afterAll(() => {
+    for (const { agent } of ctx.clients) agent.close()
+    ctx.server?.close()
+  })
+  return ctx
+}
+
+let unique = 0
+
+export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
+    const { host, transport } = env
+
+  describe(`transfers between two agents (${transport})`, () => {
+    it('both sides see each other, and say which transport they run on', async () => {
+      const { server, clients } = ctx
+      clients.forEach(({ agent, peer }) => {
+        expect(peer.state).toBe('connected')
+        expect(peer.name).toBe('server')
+        expect(agent.stats().transport).toBe(transport)
+        expect(agent.transport).toBe(transport)
+      })
+      expect(server.stats().transport).toBe(transport)
+      expect(server.device === undefined).toBe(transport === 'tcp')
+      await until(() => server.peers.size === 4, 'the server to see 4 peers')
+      expect([...server.peers.values()].map((p) => p.name).sort()).toEqual(['client-1', 'client-2', 'client-3', 'client-4'])
+    })
+
+    it('property: random segments and blocks (1 B..1 MiB), read and write, 1-4 QPs: every byte lands, nothing else changes', async () => {
+      const layout = fc.record({
+        client: fc.integer({ min: 0, max: 3 }),
+        op: fc.constantFrom('read' as const, 'write' as const),
+        localSegments: fc.integer({ min: 1, max: 3 }),
+        remoteSegments: fc.integer({ min: 1, max: 3 }),
+        lengths: fc.array(fc.oneof(fc.integer({ min: 1, max: 4 * KiB }), fc.integer({ min: 1, max: MiB })), { minLength: 1, maxLength: 6 }),
+        gaps: fc.array(fc.integer({ min: 0, max: 2 * KiB }), { minLength: 6, maxLength: 6 }),
+        adjacent: fc.boolean(),
+        seed: fc.integer({ min: 1, max: 1 << 30 }),
+      })
+      await fc.assert(fc.asyncProperty(layout, async (t) => {
+        const { server, clients } = ctx
+        const { agent, peer } = clients[t.client]!
+        const run = unique++
+        // Place the blocks one after the other (with gaps unless adjacent) in segments picked round robin.
+        const localEnds = new Array<number>(t.localSegments).fill(0)
+        const remoteEnds = new Array<number>(t.remoteSegments).fill(0)
+        const placed = t.lengths.map((length, i) => {
+          const gap = t.adjacent ? 0 : t.gaps[i]!
+          const ls = i % t.localSegments
+          const rs = (i * 7 + 1) % t.remoteSegments
+          const block = { ls, loff: localEnds[ls]! + gap, rs, roff: remoteEnds[rs]! + gap, length }
+          localEnds[ls] = block.loff + length
+          remoteEnds[rs] = block.roff + length
+          return block
+        })
+        const locals = localEnds.map((end, i) => agent.register(`p${run}-l${i}`, { size: end + 1 + (t.seed % 512) }))
+        const remotes = remoteEnds.map((end, i) => server.register(`p${run}-r${i}`, { size: end + 1 + (t.seed % 97), remote: 'read-write' }))
+        try {
+          await until(() => remotes.every((s) => peer.segments.has(s.name)), 'the client to see the new segments')
+          const localBefore = locals.map((s, i) => fill(s, t.seed + i))
+          const remoteBefore = remotes.map((s, i) => fill(s, t.seed + 100 + i))
+          const blocks: Block[] = placed.map((b) => ({ local: [locals[b.ls]!, b.loff], remote: [remotes[b.rs]!.name, b.roff], length: b.length }))
+          // Shuffle: coalescing must not depend on the order given.
+          blocks.reverse()
+          const result = await within(agent[t.op](peer, blocks, { timeoutMs: 50_000 }), 55_000, `${t.op} of ${blocks.length} blocks`)
+          const bytes = t.lengths.reduce((a, b) => a + b, 0)
+          expect(result).toMatchObject({ bytes, blocks: blocks.length })
+          expect(result.workRequests).toBeGreaterThanOrEqual(Math.ceil(bytes / (64 * KiB)))
+          expect(result.qps).toBeLessThanOrEqual(t.client + 1)
+          // The model: destination = before, with every block copied from the source.
+          const [srcSegs, srcBefore, dstSegs, dstBefore] = t.op === 'write' ? [locals, localBefore, remotes, remoteBefore] : [remotes, remoteBefore, locals, localBefore]
+          const expected = dstBefore.map((b) => b.slice())
+          for (const b of placed) {
+            const [sSeg, sOff, dSeg, dOff] = t.op === 'write' ? [b.ls, b.loff, b.rs, b.roff] : [b.rs, b.roff, b.ls, b.loff]
+            expected[dSeg]!.set(srcBefore[sSeg]!.subarray(sOff, sOff + b.length), dOff)
+          }
+          srcSegs.forEach((s, i) => expect(Buffer.compare(s.bytes, srcBefore[i]!), `source segment ${i} unchanged`).toBe(0))
+          dstSegs.forEach((s, i) => expect(Buffer.compare(s.bytes, expected[i]!), `destination segment ${i}`).toBe(0))
+        } finally {
+          await Promise.all([...locals.map((s) => agent.unregister(s, { timeoutMs: 10_000 })), ...remotes.map((s) => server.unregister(s, { timeoutMs: 10_000 }))])
+        }
+      }), { numRuns: 12, seed: Number(process.env.FC_SEED ?? Date.now() % 100_000), verbose: true })
+    }, 120_000)
+
+    it('typed arrays of offsets with one block size move the same bytes as block objects; prepare() checks once and runs many times', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[3]!
+      const src = agent.register('typed-src', { size: MiB })
+      const dst = server.register('typed-dst', { size: MiB, remote: 'read-write' })
+      await until(() => peer.segments.has('typed-dst'), 'the client to see typed-dst')
+      const n = 256
+      const localOffsets = new Float64Array(n)
+      const remoteOffsets = new Float64Array(n)
+      for (let i = 0; i < n; i++) { localOffsets[i] = i * 4096; remoteOffsets[i] = ((i * 389) % n) * 4096 } // a permutation
+      const plan = agent.prepare(peer, 'write', { local: src, remote: 'typed-dst', localOffsets, remoteOffsets, blockSize: 4096 })
+      expect(plan.bytes).toBe(MiB)
+      for (let round = 0; round < 2; round++) {
+        const data = fill(src, 500 + round)
+        const result = await plan.run({ timeoutMs: 30_000 })
+        expect(result).toMatchObject({ bytes: MiB, blocks: n, qps: 4 })
+        const wrong: number[] = []
+        for (let i = 0; i < n; i++) {
+          if (Buffer.compare(dst.bytes.subarray(remoteOffsets[i]!, remoteOffsets[i]! + 4096), data.subarray(i * 4096, (i + 1) * 4096)) !== 0) wrong.push(i)
+        }
+        expect(wrong, `blocks with other bytes, round ${round}`).toEqual([])
+      }
+      await agent.unregister(src)
+      await server.unregister(dst)
+    })
+
+    it('a notification arrives after its data is in place; 1000 notifications (concurrent transfers) arrive in call order, as events and through the iterator', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[1]!
+      const src = agent.register('n-src', { size: 1000 * 64 })
+      const dst = server.register('n-dst', { size: 1000 * 64, remote: 'write' })
+      await until(() => peer.segments.has('n-dst'), 'the client to see n-dst')
+      const data = fill(src, 9)
+      dst.bytes.fill(0)
+      const seen: number[] = []
+      const misplaced: number[] = []
+      const onNotification = ({ message, peer: from }: { message: string | Buffer; peer: Peer }) => {
+        if (from.name !== 'client-2') return
+        const i = Number(message)
+        seen.push(i)
+        // In the handler, this transfer's bytes are already there.
+        if (Buffer.compare(dst.bytes.subarray(i * 64, i * 64 + 64), data.subarray(i * 64, i * 64 + 64)) !== 0) misplaced.push(i)
+      }
+      server.on('notification', onNotification)
+      const iterator = server.notifications()
+      const fromIterator = (async () => {
+        const out: number[] = []
+        for await (const n of iterator) {
+          if (n.peer.name === 'client-2') out.push(Number(n.message))
+          if (out.length === 1000) break
+        }
+        return out
+      })()
+      try {
+        const results = await within(Promise.all(Array.from({ length: 1000 }, (_, i) =>
+          agent.write(peer, [{ local: [src, i * 64], remote: ['n-dst', i * 64], length: 64 }], { notify: String(i), timeoutMs: 50_000 }))), 55_000, '1000 notified writes')
+        expect(results.every((r) => r.bytes === 64)).toBe(true)
+        await until(() => seen.length === 1000, '1000 notifications', 20_000)
+        expect(misplaced).toEqual([])
+        expect(seen).toEqual(Array.from({ length: 1000 }, (_, i) => i))
+        expect(await within(fromIterator, 10_000, 'the iterator')).toEqual(seen)
+        // Bytes as payload, and a notification alone.
+        const bytes = new Promise<Buffer>((resolve) => server.once('notification', ({ message }) => resolve(message as Buffer)))
+        await agent.notify(peer, new Uint8Array([1, 2, 3]))
+        expect([...await within(bytes, 10_000, 'the bytes notification')]).toEqual([1, 2, 3])
+        await expect(agent.notify(peer, 'x'.repeat(1025))).rejects.toSatisfy((e: unknown) => e instanceof RangeError && (e as { code?: string }).code === 'ERR_MESSAGE_TOO_LARGE')
+        // 1 KiB of characters JSON escapes (6 bytes each) still fits.
+        const escaped = new Promise<string | Buffer>((resolve) => server.once('notification', ({ message }) => resolve(message)))
+        await agent.notify(peer, '\u0001'.repeat(1024))
+        expect(await within(escaped, 10_000, 'the escaped notification')).toBe('\u0001'.repeat(1024))
+        expect(agent.stats().total.notificationsSent).toBeGreaterThanOrEqual(1001)
+      } finally {
+        server.off('notification', onNotification)
+      }
+      await agent.unregister(src)
+      await server.unregister(dst)
+    }, 90_000)
+
+    it('200 concurrent transfers (writes and reads, 4 blocks each) share the QPs and all complete with the right bytes', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[2]!
+      const size = 200 * 4 * 4096
+      const src = agent.register('c-src', { size })
+      const back = agent.register('c-back', { size })
+      const dst = server.register('c-dst', { size, remote: 'read-write' })
+      await until(() => peer.segments.has('c-dst'), 'the client to see c-dst')
+      const data = fill(src, 77)
+      const before = agent.stats().peers[peer.id]!.transfers
+      const blocksOf = (t: number, seg: Segment) => Array.from({ length: 4 }, (_, k) => ({ local: [seg, (t * 4 + k) * 4096] as const, remote: ['c-dst', (t * 4 + (3 - k)) * 4096] as const, length: 4096 }))
+      await within(Promise.all(Array.from({ length: 200 }, (_, t) => agent.write(peer, blocksOf(t, src), { timeoutMs: 50_000 }))), 55_000, '200 writes')
+      await within(Promise.all(Array.from({ length: 200 }, (_, t) => agent.read(peer, blocksOf(t, back), { timeoutMs: 50_000 }))), 55_000, '200 reads')
+      expect(Buffer.compare(back.bytes, data)).toBe(0)
+      const wrong: string[] = []
+      for (let t = 0; t < 200; t++) for (let k = 0; k < 4; k++) {
+        const at = (t * 4 + (3 - k)) * 4096
+        if (Buffer.compare(dst.bytes.subarray(at, at + 4096), data.subarray((t * 4 + k) * 4096, (t * 4 + k + 1) * 4096)) !== 0) wrong.push(`${t}/${k}`)
+      }
+      expect(wrong, 'transfer/block with other bytes on the far side').toEqual([])
+      const stats = agent.stats().peers[peer.id]!
+      expect(stats.transfers - before).toBe(400)
+      expect(stats.inFlight).toBe(0)
+      expect(stats.p99Ms).toBeGreaterThanOrEqual(stats.p50Ms)
+      await agent.unregister(src)
+      await agent.unregister(back)
+      await server.unregister(dst)
+    }, 120_000)
+  })
+
+  describe(`rights, withdrawal and bounded failure (${transport})`, () => {
+    it('rights are checked locally before posting: no write into a read-only segment, no read from a write-only one, nothing out of bounds', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[0]!
+      const local = agent.register('r-local', { size: 8192 })
+      const ro = server.register('r-ro', { size: 8192, remote: 'read' })
+      const wo = server.register('r-wo', { size: 8192, remote: 'write' })
+      await until(() => peer.segments.has('r-ro') && peer.segments.has('r-wo'), 'the client to see r-ro and r-wo')
+      expect(peer.segments.get('r-ro')).toEqual({ name: 'r-ro', length: 8192, rights: 'read' })
+      const before = agent.stats().peers[peer.id]!.workRequests
+      ro.bytes.fill(5)
+      const block = (remote: string, offset = 0, length = 4096): Block[] => [{ local: [local, 0], remote: [remote, offset], length }]
+      await expect(agent.write(peer, block('r-ro'))).rejects.toMatchObject({ code: 'ERR_SEGMENT_RIGHTS' })
+      await expect(agent.read(peer, block('r-wo'))).rejects.toMatchObject({ code: 'ERR_SEGMENT_RIGHTS' })
+      await expect(agent.read(peer, block('r-ro', 8000))).rejects.toMatchObject({ code: 'ERR_BLOCK_RANGE' })
+      await expect(agent.read(peer, block('nope'))).rejects.toMatchObject({ code: 'ERR_SEGMENT_UNKNOWN' })
+      await expect(agent.read(peer, [{ local: ['r-local', 8000], remote: ['r-ro', 0], length: 4096 }])).rejects.toMatchObject({ code: 'ERR_BLOCK_RANGE' })
+      expect(agent.stats().peers[peer.id]!.workRequests, 'nothing was posted').toBe(before)
+      expect([...ro.bytes].every((b) => b === 5)).toBe(true)
+      // Allowed directions work.
+      await agent.read(peer, block('r-ro'))
+      expect([...local.bytes.subarray(0, 4096)].every((b) => b === 5)).toBe(true)
+      await agent.write(peer, block('r-wo'))
+      await Promise.all([server.unregister(ro), server.unregister(wo), agent.unregister(local)])
+    })
+
+    it('unregistering a segment withdraws it from peers: new and prepared transfers naming it fail with a code', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[2]!
+      const local = agent.register('w-local', { size: 4096 })
+      const gone = server.register('w-gone', { size: 4096, remote: 'read-write' })
+      await until(() => peer.segments.has('w-gone'), 'the client to see w-gone')
+      const plan = agent.prepare(peer, 'write', [{ local: [local, 0], remote: ['w-gone', 0], length: 4096 }])
+      await plan.run({ timeoutMs: 10_000 })
+      await server.unregister(gone)
+      expect(gone.withdrawn).toBe(true)
+      await until(() => !peer.segments.has('w-gone'), 'the withdrawal to reach the client')
+      await expect(plan.run()).rejects.toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN' })
+      await expect(agent.write(peer, [{ local: [local, 0], remote: ['w-gone', 0], length: 4096 }])).rejects.toMatchObject({ code: 'ERR_SEGMENT_UNKNOWN' })
+      // Locally too: a withdrawn local segment is refused.
+      await agent.unregister(local)
+      await expect(agent.write(peer, [{ local: [local, 0], remote: ['w-gone', 0], length: 4096 }])).rejects.toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN' })
+      expect(peer.state).toBe('connected')
+    })
+
+    it('an aborted or timed-out transfer settles with a coded TransferError saying how many bytes landed', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[3]!
+      const local = agent.register('a-local', { size: 8 * MiB })
+      const remote = server.register('a-remote', { size: 8 * MiB, remote: 'read-write' })
+      await until(() => peer.segments.has('a-remote'), 'the client to see a-remote')
+      const blocks: Block[] = [{ local: [local, 0], remote: ['a-remote', 0], length: 8 * MiB }]
+      const aborted = await agent.write(peer, blocks, { signal: AbortSignal.abort() }).catch((e) => e)
+      expect(aborted).toBeInstanceOf(TransferError)
+      expect(aborted).toMatchObject({ code: 'ABORT_ERR', bytesLanded: 0, bytes: 8 * MiB })
+      const controller = new AbortController()
+      const pending = agent.write(peer, blocks, { signal: controller.signal }).catch((e) => e)
+      controller.abort()
+      const late = await within(pending, 10_000, 'the aborted write')
+      expect(late).toMatchObject({ code: 'ABORT_ERR' })
+      expect(late.bytesLanded).toBeLessThanOrEqual(8 * MiB)
+      const timedOut = await within(agent.write(peer, blocks, { timeoutMs: 1 }).catch((e) => e), 10_000, 'a 1 ms write of 8 MiB')
+      // 8 MiB cannot be confirmed in 1 ms on this device; if it ever were, the result says so.
+      if (timedOut instanceof TransferError) expect(timedOut).toMatchObject({ code: 'ETIMEDOUT', bytes: 8 * MiB })
+      else expect(timedOut).toMatchObject({ bytes: 8 * MiB })
+      // The link stays usable: abandoned batches drain, and the next transfer runs.
+      expect(peer.state).toBe('connected')
+      fill(local, 3)
+      await agent.write(peer, blocks, { timeoutMs: 30_000 })
+      expect(Buffer.compare(remote.bytes, local.bytes)).toBe(0)
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
+    it('the event loop turns during a large transfer: a timer set as it starts fires before it ends', async () => {
+      // 4096 blocks of 1 KiB that do not coalesce (neighbours on the remote side
+      // are far apart here): 256 batches. Soft-RoCE completes a batch inside its
+      // post, and each completion posts the next batch from a microtask: unless
+      // the completion queue yields every INLINE_BUDGET completions, the whole
+      // transfer ran in one macrotask, and timers and I/O (another connection's
+      // handshake) waited for its end.
+      const { server, clients } = ctx
+      const { agent, peer } = clients[0]!
+      const count = 4096
+      const local = agent.register('loop-local', { size: count * KiB })
+      const remote = server.register('loop-remote', { size: count * KiB, remote: 'write' })
+      await until(() => peer.segments.has('loop-remote'), 'the client to see loop-remote')
+      fill(local, 11)
+      const localOffsets = Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB)
+      const remoteOffsets = Float64Array.from({ length: count }, (_, i) => i * KiB)
+      let fired = false
+      const write = agent.write(peer, { local, remote: 'loop-remote', localOffsets, remoteOffsets, blockSize: KiB }, { timeoutMs: 120_000 })
+      setTimeout(() => { fired = true }, 0)
+      const firedBeforeEnd = await write.then((result) => {
+        expect(result.workRequests).toBe(count)
+        return fired
+      })
+      expect(firedBeforeEnd).toBe(true)
+      for (let i = 0; i < count; i += 511) {
+        expect(Buffer.compare(remote.bytes.subarray(i * KiB, (i + 1) * KiB), local.bytes.subarray((count - 1 - i) * KiB, (count - i) * KiB))).toBe(0)
+      }
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
+    it('a batch refused alone (its local segment unregistered during the transfer) fails its transfer, not the link', async () => {
+      const { server } = ctx
+      const agent = await TransferAgent.create({ host, port: 0, name: 'refused', qpsPerPeer: 1, transport })
+      try {
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const count = 4096
+        const local = agent.register('refused-local', { size: count * KiB })
+        const remote = server.register('refused-remote', { size: count * KiB, remote: 'write' })
+        await until(() => peer.segments.has('refused-remote'), 'the client to see refused-remote')
+        const localOffsets = Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB)
+        const remoteOffsets = Float64Array.from({ length: count }, (_, i) => i * KiB)
+        const link = (peer as unknown as { link: unknown }).link
+        const failed = agent.write(peer, { local, remote: 'refused-remote', localOffsets, remoteOffsets, blockSize: KiB }, { timeoutMs: 120_000 }).catch((e) => e)
+        // On the next turn of the loop: batches are posted and complete by then, and more wait.
+        await new Promise((resolve) => setImmediate(resolve))
+        const unregistered = agent.unregister(local, { timeoutMs: 30_000 })
+        const error = await within(failed, 60_000, 'the write whose segment was unregistered')
+        await unregistered
+        expect(error).toBeInstanceOf(TransferError)
+        expect(error).toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN', bytes: count * KiB })
+        expect(error.bytesLanded).toBeLessThan(count * KiB)
+        // The link is the same, healthy one: the next transfer runs on it, without reconnecting.
+        expect(peer.state).toBe('connected')
+        const again = agent.register('refused-again', { size: 4096 })
+        fill(again, 12)
+        await agent.write(peer, [{ local: [again, 0], remote: ['refused-remote', 0], length: 4096 }], { timeoutMs: 30_000 })
+        expect(Buffer.compare(remote.bytes.subarray(0, 4096), again.bytes)).toBe(0)
+        expect((peer as unknown as { link: unknown }).link).toBe(link)
+        expect(agent.stats().peers[peer.id]!.reconnects).toBe(0)
+        await server.unregister(remote, { timeoutMs: 10_000 })
+      } finally {
+        agent.close()
+      }
+    })
+  })
+}
