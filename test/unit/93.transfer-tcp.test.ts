@@ -11,6 +11,8 @@ import { FrameType, head } from '../../lib/transfer/tcp/frames.js'
 import { engineAgents, engineTests } from '../engine/transfer-suite.js'
 import { peerDeathTests, progressTests } from '../engine/peer-suite.js'
 import { until, within, type EngineEnv } from '../engine/util.js'
+import { needs } from '../rdma/needs.js'
+import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
 
 const env: EngineEnv = { transport: 'tcp', host: '127.0.0.1' }
 const host = env.host
@@ -161,4 +163,39 @@ describe('choosing the transport', () => {
     if (typeof outcome === 'string') expect(outcome).toBe('rdma')
     else expect(typeof (outcome as { code?: unknown }).code).toBe('string')
   })
+})
+
+describe('TCP agents with cluster metadata (etcd)', () => {
+  const withEtcd = needs(etcdBinary() ? undefined : "etcd is not installed (Debian's etcd-server: bash scripts/softroce.sh provision)")
+  let etcd: EtcdServer | undefined
+  beforeAll(async () => { if (etcdBinary()) etcd = await startEtcd() }, 90_000)
+  afterAll(async () => { await etcd?.stop() })
+
+  withEtcd('connect by name, write, and reach a restarted agent under the same name (a new incarnation) through the same handle', async () => {
+    const metadata = { endpoints: [etcd!.endpoint], ttlSeconds: 2, prefix: '/tcp-93/' }
+    let decode = await TransferAgent.create({ host, transport: 'tcp', name: 'decode-0', metadata })
+    const prefill = await TransferAgent.create({ host, transport: 'tcp', name: 'prefill-0', metadata })
+    try {
+      let kv = decode.register('kv', { size: 4096, remote: 'write' })
+      const src = prefill.register('src', { size: 4096 })
+      src.bytes.fill(0x42)
+      const peer = await prefill.connect('decode-0', { timeoutMs: 10_000 })
+      await until(() => peer.segments.has('kv'), 'the table')
+      await prefill.write(peer, [{ local: [src, 0], remote: ['kv', 0], length: 4096 }], { timeoutMs: 10_000 })
+      expect([...kv.bytes].every((b) => b === 0x42)).toBe(true)
+      const first = peer.id
+      await decode.close()
+      decode = await TransferAgent.create({ host, transport: 'tcp', name: 'decode-0', metadata })
+      kv = decode.register('kv', { size: 4096, remote: 'write' })
+      src.bytes.fill(0x43)
+      await until(() => prefill.members().get('decode-0')?.incarnation === decode.id, 'the new incarnation in the view', 10_000)
+      await within(prefill.write(peer, [{ local: [src, 0], remote: ['kv', 0], length: 4096 }], { timeoutMs: 10_000 }), 15_000, 'the write to the restarted agent')
+      expect([...kv.bytes].every((b) => b === 0x43)).toBe(true)
+      expect(peer.id).not.toBe(first)
+      expect(peer.id).toBe(decode.id)
+    } finally {
+      await prefill.close()
+      await decode.close()
+    }
+  }, 60_000)
 })
