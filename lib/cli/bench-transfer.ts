@@ -1,5 +1,7 @@
 // The transfer engine's benchmark, our side: two TransferAgents on one device
-// (like perftest's server and client on one rxe device), a KV-cache-like
+// (like perftest's server and client on one rxe device), or with transport
+// 'tcp' two agents on loopback (and a plain node:net socket moving the same
+// bytes as the baseline, bench-net.ts), a KV-cache-like
 // layout (random, non-contiguous blocks on both sides), one timed transfer
 // of many blocks per measurement, every block checked afterwards. Used by
 // `node-ibverbs bench transfer` and by bench/transfer.mjs (which runs
@@ -7,6 +9,7 @@
 import { randomFillSync } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
 import { listDevices, openDevice, TransferAgent, type BlockArrays, type Peer, type Segment } from '../index.js'
+import { plainNetCopy, type NetCopyResult } from './bench-net.js'
 
 /** perftest's MB: 2^20 bytes. */
 const MB = 1 << 20
@@ -27,6 +30,7 @@ export interface TransferCase {
 
 export interface TransferCaseResult {
   kind: 'transfer'
+  transport: 'rdma' | 'tcp'
   op: 'write' | 'read'
   blocks: number
   blockSize: number
@@ -35,6 +39,8 @@ export interface TransferCaseResult {
   seconds: number
   /** MB/sec, MB = 2^20 bytes (as perftest). */
   mbPerSec: number
+  /** CPU seconds (user + system) this process spent while the transfers ran: both agents' (TCP: both ends' work). */
+  cpuSeconds: number
   /** Work requests of one transfer (after coalescing and slicing). */
   workRequests: number
   /** Time agent.prepare() takes for these blocks (checks, coalescing, slicing, striping), in ms: not in `seconds` (plan.run() is timed), but part of every write()/read(). */
@@ -54,7 +60,9 @@ export interface NotifyLatencyResult {
 }
 
 export interface TransferBenchOptions {
-  /** Address of the device to listen on (default $SOFTROCE_ADDR, else the device's RoCE v2 IPv4 address). */
+  /** 'rdma' (default) or 'tcp' (no device; host defaults to 127.0.0.1). */
+  transport?: 'rdma' | 'tcp'
+  /** Address of the device to listen on (default $SOFTROCE_ADDR, else the device's RoCE v2 IPv4 address; TCP: 127.0.0.1). */
   host?: string
   device?: string
   /** Largest bytes per transfer the bench will be asked to move (sizes the segments; default 64 MiB). */
@@ -137,8 +145,9 @@ export class TransferBench {
   }
 
   static async open(options: TransferBenchOptions = {}): Promise<TransferBench> {
-    const deviceName = options.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE ?? undefined
-    const host = options.host ?? process.env.SOFTROCE_ADDR ?? addressOf(deviceName)
+    const tcp = options.transport === 'tcp'
+    const deviceName = tcp ? undefined : options.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE ?? undefined
+    const host = options.host ?? (tcp ? '127.0.0.1' : process.env.SOFTROCE_ADDR ?? addressOf(deviceName))
     const maxBytes = options.maxBytes ?? 64 * MB
     // Handshakes get a minute: a loaded machine (or emulator) can take seconds per step.
     const target = await TransferAgent.create({ host, port: 0, name: 'target', handshakeTimeoutMs: 60_000, ...(deviceName ? { device: deviceName } : {}), ...engine(options) })
@@ -155,7 +164,7 @@ export class TransferBench {
     let it = this.#initiators.get(qps)
     if (!it) {
       const o = this.options
-      const device = o.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE
+      const device = o.transport === 'tcp' ? undefined : o.device ?? process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE
       const agent = await TransferAgent.create({ host: this.host, port: 0, name: `initiator-${qps}`, qpsPerPeer: qps, handshakeTimeoutMs: 60_000, ...(device ? { device } : {}), ...engine(o) })
       try {
         const kv = agent.register('kv', { size: this.maxBytes })
@@ -187,14 +196,16 @@ export class TransferBench {
     const p0 = performance.now()
     const plan = agent.prepare(peer, c.op, blocks)
     const planMs = performance.now() - p0
+    const cpu0 = process.cpuUsage()
     const t0 = performance.now()
     for (let i = 0; i < repeat; i++) {
       const result = await plan.run({ timeoutMs: c.timeoutMs ?? 600_000 })
       workRequests = result.workRequests
     }
     const seconds = (performance.now() - t0) / 1000
+    const cpu = process.cpuUsage(cpu0)
     this.#check(kv, layout, c.blockSize)
-    return { kind: 'transfer', op: c.op, blocks: c.blocks, blockSize: c.blockSize, qps: c.qps, bytes, seconds, mbPerSec: (bytes * repeat) / seconds / MB, workRequests, planMs }
+    return { kind: 'transfer', transport: agent.transport, op: c.op, blocks: c.blocks, blockSize: c.blockSize, qps: c.qps, bytes, seconds, mbPerSec: (bytes * repeat) / seconds / MB, cpuSeconds: (cpu.user + cpu.system) / 1e6, workRequests, planMs }
   }
 
   /** Throws unless every block is the same on both sides. */
@@ -246,6 +257,19 @@ export class TransferBench {
     }
   }
 
+  /** The baseline of a TCP case: a plain node:net socket moving the same blocks' bytes (writes: here to there; reads: there to here). */
+  async plainNet(c: TransferCase): Promise<NetCopyResult> {
+    const bytes = c.blocks * c.blockSize
+    if (bytes > this.maxBytes) throw new RangeError(`${c.blocks} x ${c.blockSize} B is more than the ${this.maxBytes} B this bench was opened for`)
+    const { kv } = await this.#initiator(c.qps)
+    const layout = kvLayout(c.blocks, c.blockSize, this.#seed++)
+    const [source, target, from, to] = c.op === 'write' ? [kv.bytes, this.pool.bytes, layout.localOffsets, layout.remoteOffsets] : [this.pool.bytes, kv.bytes, layout.remoteOffsets, layout.localOffsets]
+    for (const offset of from) randomFillSync(source, offset, c.blockSize)
+    const result = await plainNetCopy(source, target, from, to, c.blockSize, c.repeat ?? 1)
+    this.#check(kv, layout, c.blockSize)
+    return result
+  }
+
   close(): void {
     for (const { agent } of this.#initiators.values()) agent.close()
     this.#initiators.clear()
@@ -253,8 +277,9 @@ export class TransferBench {
   }
 }
 
-function engine(o: TransferBenchOptions): { sliceBytes?: number; queueDepth?: number; batchWrs?: number } {
+function engine(o: TransferBenchOptions): { transport?: 'rdma' | 'tcp'; sliceBytes?: number; queueDepth?: number; batchWrs?: number } {
   return {
+    ...(o.transport !== undefined ? { transport: o.transport } : {}),
     ...(o.sliceBytes !== undefined ? { sliceBytes: o.sliceBytes } : {}),
     ...(o.queueDepth !== undefined ? { queueDepth: o.queueDepth } : {}),
     ...(o.batchWrs !== undefined ? { batchWrs: o.batchWrs } : {}),

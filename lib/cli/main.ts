@@ -21,11 +21,14 @@ const USAGE = `usage: node-ibverbs COMMAND
                                    TEST: write_bw read_bw send_bw atomic_fadd_bw atomic_cas_bw
                                          write_lat read_lat send_lat
   bench transfer [--op write|read] [--blocks N] [--block-size N] [--qps N] [--repeat N]
-             [--latency] [--iters N] [--host ADDR] [--device NAME] [--json]
+             [--latency] [--iters N] [--host ADDR] [--device NAME] [--transport rdma|tcp]
+             [--net] [--json]
                                    the transfer engine: two agents on the device move
                                    N random non-contiguous blocks (default 4096 x 16 KiB)
                                    in one transfer, every block checked; --latency: a
-                                   1-block write with a notification, one at a time
+                                   1-block write with a notification, one at a time;
+                                   --transport tcp: two agents on loopback, no device;
+                                   --net: a plain node:net socket moving the same bytes
   softroce up|status|down          manage a native Soft-RoCE device (scripts/softroce.sh)
   softroce run [OPTIONS] -- CMD    run CMD with a Soft-RoCE device (QEMU guest if needed)
 `
@@ -236,7 +239,7 @@ async function bench(argv: string[]): Promise<void> {
 }
 
 async function benchTransfer(argv: string[]): Promise<void> {
-  const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device']))
+  const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device', 'transport']))
   const { TransferBench } = await import('./bench-transfer.js')
   const num = (k: string, d: number): number => positiveInt(flags, k, d)
   const text = (k: string): string | undefined => { const v = flags.get(k); return typeof v === 'string' ? v : undefined }
@@ -246,9 +249,11 @@ async function benchTransfer(argv: string[]): Promise<void> {
   const blockSize = num('block-size', 16384)
   const host = text('host')
   const device = text('device')
+  const transport = text('transport') ?? 'rdma'
+  if (transport !== 'rdma' && transport !== 'tcp') throw new CliError('--transport must be rdma or tcp', 2)
   let bench
   try {
-    bench = await TransferBench.open({ maxBytes: blocks * blockSize, ...(host ? { host } : {}), ...(device ? { device } : {}) })
+    bench = await TransferBench.open({ maxBytes: blocks * blockSize, transport, ...(host ? { host } : {}), ...(device ? { device } : {}) })
   } catch (error) {
     explain(error)
   }
@@ -263,7 +268,13 @@ async function benchTransfer(argv: string[]): Promise<void> {
       ]))
       return
     }
-    const r = await bench.run({ op, blocks, blockSize, qps: num('qps', 2), repeat: num('repeat', 1) })
+    const c = { op, blocks, blockSize, qps: num('qps', 2), repeat: num('repeat', 1) } as const
+    if (flags.has('net')) {
+      const n = await bench.plainNet(c)
+      if (flags.has('json')) return console.log(JSON.stringify(n, null, 2))
+      return console.log(table([['op', '#blocks', 'block[B]', 'plain node:net BW[MB/sec]'], [op, String(blocks), String(blockSize), n.mbPerSec.toFixed(2)]]))
+    }
+    const r = await bench.run(c)
     if (flags.has('json')) return console.log(JSON.stringify(r, null, 2))
     console.log(table([
       ['op', '#blocks', 'block[B]', 'qps', 'work requests', 'BW average[MB/sec]', 'plan[ms]'],

@@ -205,7 +205,7 @@ export async function transferLinkFlap(t: TransferSession, control: Control, opt
   try {
     await new Promise((resolve) => setTimeout(resolve, 200))
     if (done) problems.push('the write settled before the link went down: the flap hit nothing')
-    ;({ events } = await flapLink(t.agent.device, options.downMs))
+    ;({ events } = await flapLink(t.agent.device!, options.downMs))
   } finally {
     clearNetem()
   }
