@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { connect } from 'node:net'
 import { TransferAgent, TransferError, type Peer } from '../../dist/index.js'
-import { FrameType, head } from '../../lib/transfer/tcp/frames.js'
+import { FrameType, head, SLICE, writeSlice } from '../../lib/transfer/tcp/frames.js'
 import { engineAgents, engineTests } from '../engine/transfer-suite.js'
 import { peerDeathTests, progressTests } from '../engine/peer-suite.js'
 import { until, within, type EngineEnv } from '../engine/util.js'
@@ -103,7 +103,9 @@ describe('TCP: the receiving agent enforces its segments (no NIC does)', () => {
     const socket = connect({ host, port: server.port })
     await new Promise((resolve) => socket.once('connect', resolve))
     const payload = Buffer.alloc(4096, 0xee)
-    socket.write(Buffer.concat([head(FrameType.Write, 0, 1, key, 0, 4096, 4096), payload, head(FrameType.WriteEnd, 0, 1, 0, 0, 0, 0)]))
+    const slice = Buffer.alloc(SLICE)
+    writeSlice(slice, 0, key, 4096, 0)
+    socket.write(Buffer.concat([head(FrameType.WriteBatch, 0, 1, 1, SLICE + 4096), slice, payload]))
     const closed = new Promise((resolve) => socket.once('close', resolve))
     socket.on('error', () => undefined)
     expect(await within(refused, 10_000, 'the handshake error')).toMatchObject({ code: 'ERR_TRANSFER_PROTOCOL' })

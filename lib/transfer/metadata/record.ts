@@ -10,7 +10,7 @@ export const RECORD_FORMAT = 1
 export interface PeerAddress {
   readonly host: string
   readonly port: number
-  /** The RDMA device the address belongs to, e.g. 'rxe0'. */
+  /** The RDMA device the address belongs to, e.g. 'rxe0' ('tcp' for an agent on the TCP transport). */
   readonly device: string
 }
 

@@ -14,16 +14,15 @@ import type { WaitOptions } from '../../core/validate.js'
 import type { ControlChannel } from '../control.js'
 import type { CheckedPlan } from '../plan.js'
 import type { Lane } from '../poster.js'
-import { FrameReader, FrameType, head, HEADER, protocolError, Refusal, writeHead, type FrameHead, type FrameSink } from './frames.js'
+import { FrameReader, FrameType, head, HEADER, protocolError, Refusal, SLICE, writeHead, writeSlice, type FrameHead, type FrameSink, type Placement } from './frames.js'
 import { SegmentServer, type SegmentLookup } from './serve.js'
 
 interface PendingBatch {
   op: 'read' | 'write'
   resolve: () => void
   reject: (error: Error) => void
-  /** A read's destinations, slice by slice, and how many have arrived. */
-  targets: Uint8Array[] | undefined
-  next: number
+  /** A read's destinations: where each slice's bytes go. */
+  place: Placement | undefined
 }
 
 const WHY: Record<number, string> = {
@@ -56,7 +55,7 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
     super()
     this.#socket = socket
     this.#reader = new FrameReader(this)
-    this.#server = new SegmentServer(lookup, (parts) => { for (const part of parts) socket.write(part) })
+    this.#server = new SegmentServer(lookup, (part) => { socket.write(part) })
     socket.setNoDelay(true)
     socket.on('data', (chunk: Buffer) => {
       // Answers written while a chunk is parsed leave together.
@@ -85,7 +84,7 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
     if (this.#failure) return Promise.reject(this.#failure)
     const json = Buffer.from(JSON.stringify(value))
     const sent = new Promise<void>((resolve, reject) => {
-      this.#socket.write(head(FrameType.Control, 0, 0, 0, 0, 0, json.length))
+      this.#socket.write(head(FrameType.Control, 0, 0, 0, json.length))
       this.#socket.write(json, (error) => error ? reject(this.#failure ?? connectionLost(error.message, error)) : resolve())
     })
     return bounded(sent, 'sendJson', options)
@@ -106,36 +105,29 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
 
   // --- frames in -------------------------------------------------------------
 
-  target(frame: FrameHead): Uint8Array | null {
-    switch (frame.type) {
-      case FrameType.Write:
-        this.#assertServing()
-        return this.#server.writeTarget(frame)
-      case FrameType.ReadData: {
-        const batch = this.#pending.get(frame.batch)
-        const target = batch?.targets?.[batch.next++]
-        if (!target) throw protocolError(`The peer sent read data for no read (batch ${frame.batch})`)
-        return target
-      }
-      default:
-        if (frame.payload !== 0) throw protocolError(`A frame of type ${frame.type} with a payload`)
-        return null
+  place(frame: FrameHead, table: Buffer): Placement {
+    if (frame.type === FrameType.WriteBatch) {
+      this.#assertServing()
+      return this.#server.placeWrite(frame, table)
     }
+    // ReadData: the answer to one of our reads.
+    const batch = this.#pending.get(frame.batch)
+    if (!batch?.place || frame.slices !== batch.place.lengths.length) throw protocolError(`The peer sent read data for no read of ours (batch ${frame.batch})`)
+    return batch.place
   }
 
-  end(frame: FrameHead, filled: Uint8Array | null): void {
+  end(frame: FrameHead, table: Buffer): void {
     switch (frame.type) {
       case FrameType.Control: {
         let message: unknown
-        try { message = JSON.parse(Buffer.from(filled!.buffer, filled!.byteOffset, filled!.byteLength).toString()) } catch { throw protocolError('The peer sent a control message that is not JSON') }
+        try { message = JSON.parse(table.toString()) } catch { throw protocolError('The peer sent a control message that is not JSON') }
         return this.#deliver(message)
       }
-      case FrameType.WriteEnd: this.#assertServing(); return this.#server.writeEnd(frame)
-      case FrameType.Read: this.#assertServing(); return this.#server.read(frame)
-      case FrameType.ReadEnd: this.#assertServing(); return this.#server.readEnd(frame)
-      case FrameType.WriteAck:
-      case FrameType.ReadAck: return this.#acked(frame)
-      default: return // Write, ReadData: placed already
+      case FrameType.WriteBatch: return this.#server.writeDone(frame)
+      case FrameType.ReadBatch: this.#assertServing(); return this.#server.read(frame, table)
+      case FrameType.ReadData: return this.#settle(frame, 'read', Refusal.None)
+      case FrameType.WriteAck: return this.#settle(frame, 'write', frame.status)
+      case FrameType.ReadAck: return this.#settle(frame, 'read', frame.status === Refusal.None ? -1 : frame.status)
     }
   }
 
@@ -143,44 +135,56 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
     if (!this.#serving) throw protocolError('The peer sent data frames before its hello')
   }
 
-  #acked(frame: FrameHead): void {
+  /** A batch of ours answered: `status` 0 placed, else refused (-1: a read acked without its data). */
+  #settle(frame: FrameHead, op: 'read' | 'write', status: number): void {
     const batch = this.#pending.get(frame.batch)
-    if (!batch || (batch.op === 'read') !== (frame.type === FrameType.ReadAck)) throw protocolError(`The peer acknowledged batch ${frame.batch}, which is not in flight`)
+    if (!batch || batch.op !== op || status < 0) throw protocolError(`The peer answered batch ${frame.batch}, which is not a ${op} in flight`)
     this.#pending.delete(frame.batch)
-    if (frame.status !== Refusal.None) return batch.reject(refused(batch.op, frame.status))
-    if (batch.targets && batch.next !== batch.targets.length) throw protocolError(`The peer acknowledged read batch ${frame.batch} with ${batch.next} of ${batch.targets.length} slices`)
+    if (status !== Refusal.None) return batch.reject(refused(op, status))
     batch.resolve()
   }
 
   // --- frames out ------------------------------------------------------------
 
-  /** Sends slices from..to of the plan as one batch; settles on the peer's ack. */
+  /**
+   * Sends slices from..to of the plan as one batch frame: its slice table,
+   * then (a write) the slices' bytes as views of the segments, no copy.
+   * Settles on the peer's answer (a read: once its bytes are in place here).
+   */
   postBatch(plan: CheckedPlan, from: number, to: number): Promise<void> {
     if (this.#failure) return Promise.reject(this.#failure)
     const batch = this.#nextBatch
     this.#nextBatch = this.#nextBatch >= 0xffffffff ? 1 : this.#nextBatch + 1
     const { slices, locals, remotes } = plan
     const read = plan.op === 'read'
-    const heads = Buffer.allocUnsafe(HEADER * (to - from + 1))
-    const targets: Uint8Array[] | undefined = read ? [] : undefined
+    const count = to - from
+    const table = Buffer.allocUnsafe(HEADER + count * SLICE)
+    const place: Placement | undefined = read ? { arrays: new Array(count), offsets: new Array(count), lengths: new Array(count), skip: false } : undefined
+    let bytes = 0
+    for (let i = from, at = HEADER; i < to; i++, at += SLICE) {
+      const len = slices.len[i]!
+      writeSlice(table, at, remotes[slices.rseg[i]!]!.region.rkey, len, slices.roff[i]!)
+      bytes += len
+      if (place) {
+        const k = i - from
+        place.arrays[k] = locals[slices.lseg[i]!]!.region.bytes
+        place.offsets[k] = slices.loff[i]!
+        place.lengths[k] = len
+      }
+    }
+    writeHead(table, 0, read ? FrameType.ReadBatch : FrameType.WriteBatch, 0, batch, count, count * SLICE + (read ? 0 : bytes))
     const socket = this.#socket
     socket.cork()
-    for (let i = from, at = 0; i < to; i++, at += HEADER) {
-      const len = slices.len[i]!
-      const loff = slices.loff[i]!
-      const bytes = locals[slices.lseg[i]!]!.region.bytes.subarray(loff, loff + len)
-      const key = remotes[slices.rseg[i]!]!.region.rkey
-      writeHead(heads, at, read ? FrameType.Read : FrameType.Write, 0, batch, key, slices.roff[i]!, len, read ? 0 : len)
-      socket.write(heads.subarray(at, at + HEADER))
-      if (read) targets!.push(bytes)
-      else socket.write(bytes)
+    socket.write(table)
+    if (!read) {
+      for (let i = from; i < to; i++) {
+        const loff = slices.loff[i]!
+        socket.write(locals[slices.lseg[i]!]!.region.bytes.subarray(loff, loff + slices.len[i]!))
+      }
     }
-    const at = HEADER * (to - from)
-    writeHead(heads, at, read ? FrameType.ReadEnd : FrameType.WriteEnd, 0, batch, 0, 0, 0, 0)
-    socket.write(heads.subarray(at, at + HEADER))
     socket.uncork()
     return new Promise<void>((resolve, reject) => {
-      this.#pending.set(batch, { op: plan.op, resolve, reject, targets, next: 0 })
+      this.#pending.set(batch, { op: plan.op, resolve, reject, place })
     })
   }
 
