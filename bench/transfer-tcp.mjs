@@ -68,10 +68,18 @@ try {
     for (const op of opts.ops) {
       for (const size of opts.sizes) {
         const blocks = (opts.mib * MiB) / size
-        const net = await tcp.plainNet({ op, blocks, blockSize: size, qps: opts.qps[0] })
+        // The runs of a size in an order that rotates with the round (what runs after what does not favour one of them).
+        const runs = [undefined, ...opts.qps]
+        const order = runs.map((_, i) => runs[(i + round) % runs.length])
+        const results = new Map()
+        for (const qps of order) {
+          if (qps === undefined) results.set('net', await tcp.plainNet({ op, blocks, blockSize: size, qps: opts.qps[0] }))
+          else results.set(qps, await tcp.run({ op, blocks, blockSize: size, qps }))
+        }
+        const net = results.get('net')
         for (const qps of opts.qps) {
           const row = rowFor(op, size, qps)
-          const ours = await tcp.run({ op, blocks, blockSize: size, qps })
+          const ours = results.get(qps)
           row.net.push(net.mbPerSec)
           row.tcp.push(ours.mbPerSec)
           row.ratios.push(ours.mbPerSec / net.mbPerSec)

@@ -48,6 +48,7 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
   readonly #waiters: Array<{ resolve: (m: unknown) => void; reject: (e: Error) => void }> = []
   readonly #pending = new Map<number, PendingBatch>()
   #serving = false
+  #corked = false
   #nextBatch = 1
   #failure: RdmaError | undefined
 
@@ -174,7 +175,7 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
     }
     writeHead(table, 0, read ? FrameType.ReadBatch : FrameType.WriteBatch, 0, batch, count, count * SLICE + (read ? 0 : bytes))
     const socket = this.#socket
-    socket.cork()
+    this.#cork()
     socket.write(table)
     if (!read) {
       for (let i = from; i < to; i++) {
@@ -182,9 +183,19 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
         socket.write(locals[slices.lseg[i]!]!.region.bytes.subarray(loff, loff + slices.len[i]!))
       }
     }
-    socket.uncork()
     return new Promise<void>((resolve, reject) => {
       this.#pending.set(batch, { op: plan.op, resolve, reject, place })
+    })
+  }
+
+  /** Corks the socket until the current tick's work is done: the batches posted together leave in one writev. */
+  #cork(): void {
+    if (this.#corked) return
+    this.#corked = true
+    this.#socket.cork()
+    process.nextTick(() => {
+      this.#corked = false
+      this.#socket.uncork()
     })
   }
 
