@@ -45,7 +45,7 @@ describe('the addon', () => {
   it('exports the documented public API', () => {
     expect(Object.keys(api).sort()).toEqual([
       'Access', 'AddressHandle', 'CompletionQueue', 'Connection', 'ConnectionRequest', 'Device', 'LIBRARY_ERROR_CODES', 'Listener',
-      'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'Peer', 'ProtectionDomain', 'QpState',
+      'LocalSlice', 'MemoryRegion', 'MemoryWindow', 'NativeMemory', 'Peer', 'PlainMemory', 'ProtectionDomain', 'QpState',
       'QueuePair', 'RdmaError', 'RemoteLockTable', 'RemoteRegion', 'RemoteSlice', 'Segment', 'SharedReceiveQueue',
       'TransferAgent', 'TransferError', 'TransferPlan', 'connect', 'decodeDescriptors', 'decodeWord', 'enableForkSupport',
       'encodeDescriptors', 'forkSupport', 'heldWord', 'isAvailable', 'listDevices', 'listen', 'loadError',
