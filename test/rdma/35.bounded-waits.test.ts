@@ -3,7 +3,7 @@
 // found whichever CQ they arrive on.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { Access, type CompletionQueue, type Device, type ProtectionDomain, type QueuePair, type RemoteSlice } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, pattern, testDevice, within } from './helpers.js'
+import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice, within } from './helpers.js'
 import { countResources } from './resources.js'
 
 let device: Device
@@ -153,6 +153,28 @@ describe('shared receive queue', () => {
     expect(wc).toMatchObject({ qpn: r2.qpn, byteLength: 256 })
     expect(Buffer.compare(region.bytes.subarray(0, 256), pattern(256, 3))).toBe(0)
     expect([cqA.pending, cqB.pending]).toEqual([0, 0])
+  })
+})
+
+describe('an SRQ receive that completes with an error', () => {
+  it('fails the QP it arrived on, as a receive of its own would', async () => {
+    const { pd, srq, region, receiver, sender, close } = await srqPair(device)
+    cleanups.push(close)
+    // 8 bytes of buffer for a 64-byte message: the receive completes with an error (rxe: LOC_QP_OP_ERR).
+    const received = srq.recv(region.slice(0, 8), { timeoutMs: 10_000 }).catch((e) => e)
+    const other = pd.createQp({ type: 'RC', sendCq: receiver.sendCq, srq }) // attached too, not connected
+    cleanups.push(() => other.close())
+    const sent = sender.send(region.slice(1024, 64), { timeoutMs: 10_000 }).catch((e) => e)
+    const failure = await within(received, 15_000, 'srq.recv')
+    expect(failure).toMatchObject({ name: 'RdmaError', verb: 'recv', qpn: receiver.qpn })
+    expect(failure.code).toMatch(/^LOC_/)
+    await within(sent, 15_000, 'the send')
+    expect(receiver.error, 'the failure of the QP the message arrived on').toMatchObject({ code: failure.code, qpn: receiver.qpn })
+    expect(receiver.state).toBe('ERR')
+    await expect(receiver.write(region.slice(0, 8), region.asRemote().slice(8, 8))).rejects.toMatchObject({ code: 'ERR_QP_STATE', status: failure.code })
+    // The SRQ and its other QP are not failed by it.
+    expect(other.error).toBeUndefined()
+    expect(srq.closed).toBe(false)
   })
 })
 
