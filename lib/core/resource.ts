@@ -6,6 +6,14 @@
 import { closedError, RdmaError, type RdmaErrorDetails } from './errors.js'
 import type { RdmaErrorCode } from './error-codes.js'
 
+/**
+ * A child the GC collected leaves its WeakRef in its parents' sets: this
+ * takes it out (else a long-lived PD's set grows with every region dropped).
+ * The held value names the set, not the parent: the parent stays collectable.
+ */
+const collected = new FinalizationRegistry<{ children: Set<WeakRef<Resource>>; ref: WeakRef<Resource> }>(
+  ({ children, ref }) => { children.delete(ref) })
+
 export abstract class Resource {
   #closed = false
   readonly #children = new Set<WeakRef<Resource>>()
@@ -33,6 +41,7 @@ export abstract class Resource {
     for (const parent of parents) {
       parent.#children.add(this.#self)
       this.#parents.push(parent)
+      collected.register(this, { children: parent.#children, ref: this.#self }, this.#self)
     }
   }
 
@@ -58,6 +67,7 @@ export abstract class Resource {
     this.#closed = true
     this.#children.clear()
     for (const parent of this.#parents) parent.#children.delete(this.#self)
+    collected.unregister(this.#self)
     this.afterClose()
   }
 

@@ -1,12 +1,12 @@
 // Atomics through a QP, the general path: compare-and-swap and fetch-and-add
 // with options (a caller's result slot, a timeout, a signal), or when the
 // fast path (queue-pair.ts) cannot take them now.
-import type { RdmaError } from '../core/errors.js'
 import { SendFlags } from '../core/constants.js'
 import { instance, NO_OPTIONS, optionalObject, rangeError, typeError, waitOptions } from '../core/validate.js'
 import { smallU64 } from '../core/u64.js'
 import type { SendWr } from '../ops/encoder.js'
 import { Pending } from '../ops/pending.js'
+import { INFLIGHT, RELEASE, type HeldRegion } from '../ops/held-region.js'
 import { LocalSlice, readAtomicValue } from './memory.js'
 import { RemoteSlice } from './remote.js'
 import { wrongPd } from './local-sges.js'
@@ -39,27 +39,31 @@ export function atomic(qp: QpContext, verb: string, opcode: number, remote: Remo
         owned = true
       }
       const slots = qp.atomicSlots
-      let wrId = 0 // set once the request has its wr_id (it may be posted)
       const giveBack = (): void => { // at most once: a slot in the free list twice would be shared
         if (owned) slots.give(local)
         owned = false
       }
+      // A library-owned slot is held by the request like a region: from right before it is posted
+      // until the device is done with it (its completion arrived, or its QP was destroyed).
+      const hold = owned ? new SlotHold(giveBack) : undefined
+      const regions = hold === undefined ? local.region : [local.region, hold]
       const done = (): void => { // the entry is not kept: the value is read from the slot
         const value = readAtomicValue(local)
         giveBack()
         resolve(value)
       }
       const failed = (error: Error): void => {
-        // After a timeout or abort of a posted request (it has a wr_id) the device may still write the slot.
-        const code = (error as RdmaError).code
-        if (wrId === 0 || (code !== 'ETIMEDOUT' && code !== 'ABORT_ERR')) giveBack()
+        // Settled before the device is done with it (a timeout, an abort, a failed CQ): the device
+        // may still write the slot, so it goes back when the request finishes, not now.
+        if (hold !== undefined && hold[INFLIGHT] > 0) hold.settled = true
+        else giveBack()
         reject(error)
       }
       const queues = qp.queues
       if (wait === NO_OPTIONS && queues.takeSendSlotNow()) {
         // The hot path: written straight into the send buffer, no work request object.
-        wrId = queues.takeWrId()
-        const pending = new Pending(queues, queues.send, 'send', verb, wrId, wrId, local.region, done, failed)
+        const wrId = queues.takeWrId()
+        const pending = new Pending(queues, queues.send, 'send', verb, wrId, wrId, regions, done, failed)
         const encoder = queues.batchEncoder
         const at = encoder.addOne(wrId, opcode, SendFlags.Signaled, local.address, 8, local.lkey, remote.addrLo, remote.addrHi, remote.rkey, 0)
         encoder.setAtomicOperands(at, compareAdd, compareAddSmall, swap, swapSmall)
@@ -71,7 +75,7 @@ export function atomic(qp: QpContext, verb: string, opcode: number, remote: Remo
         remoteHi: remote.addrHi, remoteLo: remote.addrLo, rkey: remote.rkey, compareAdd, swap,
       }
       try {
-        qp.queues.submit('send', verb, 1, local.region, wait, done, (error) => { wrId = wr.wrId; failed(error) }, undefined, wr)
+        qp.queues.submit('send', verb, 1, regions, wait, done, failed, undefined, wr)
       } catch (error) {
         giveBack() // refused before it was posted
         throw error
@@ -80,4 +84,17 @@ export function atomic(qp: QpContext, verb: string, opcode: number, remote: Remo
       reject(error)
     }
   })
+}
+
+/** A library-owned result slot as a request holds it: given back when the request finishes, if its promise settled first. */
+class SlotHold implements HeldRegion {
+  [INFLIGHT] = 0
+  settled = false
+  readonly #giveBack: () => void
+  constructor(giveBack: () => void) { this.#giveBack = giveBack }
+
+  [RELEASE](): void {
+    this[INFLIGHT]--
+    if (this.settled) this.#giveBack()
+  }
 }

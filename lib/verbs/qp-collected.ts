@@ -4,10 +4,10 @@ import type { QueueLedger } from '../ops/queue-ledger.js'
 import type { CompletionQueue } from './completion-queue.js'
 import type { SharedReceiveQueue } from './shared-receive-queue.js'
 
-export interface QpLedger { send: QueueLedger; recv: QueueLedger; recvCq: CompletionQueue; srq: SharedReceiveQueue | undefined }
+export interface QpLedger { send: QueueLedger; recv: QueueLedger; recvCq: CompletionQueue; srq: SharedReceiveQueue | undefined; qpn: number }
 
-export const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, recvCq, srq }) => {
+export const collectedQps = new FinalizationRegistry<QpLedger>(({ send, recv, recvCq, srq, qpn }) => {
   send.giveAll()
   recv.giveAll()
-  srq?.detach({ recvCq })
+  srq?.detach({ recvCq, qpn })
 })

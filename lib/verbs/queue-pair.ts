@@ -121,7 +121,7 @@ export class QueuePair extends Resource {
     this.recvCq.addOwner(this.qpn, queues)
     pd.device.trackQp(this)
     this.srq?.attach(this)
-    this.#ledger = { send: queues.send, recv: queues.recv, recvCq: this.recvCq, srq: this.srq }
+    this.#ledger = { send: queues.send, recv: queues.recv, recvCq: this.recvCq, srq: this.srq, qpn: this.qpn }
     collectedQps.register(this, this.#ledger, this.#ledger)
     this.adoptedBy(pd, this.sendCq, this.recvCq, ...(this.srq ? [this.srq] : []))
   }

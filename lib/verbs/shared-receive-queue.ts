@@ -17,6 +17,9 @@ import { windowRevoked } from './memory-window.js'
 
 export interface SharedReceiveQueueOptions { maxWr?: number; maxSge?: number }
 
+/** A QP attached to an SRQ, as the SRQ sees it. */
+interface AttachedQp { readonly qpn: number; readonly recvCq: CompletionQueue; failed(error: RdmaError): void }
+
 /** SRQs with receives waiting, held: a receive in flight keeps its SRQ alive until it settles (see QueueLedger in queue-pair.ts). */
 const busySrqs = new Set<SharedReceiveQueue>()
 
@@ -32,6 +35,8 @@ export class SharedReceiveQueue extends Resource {
   #pending = 0
   #orphaned = 0
   readonly #outstanding = new Set<Pending>()
+  /** The attached QPs by QP number (weakly: a dropped QP can still be collected): a receive's failure fails the QP it arrived on. */
+  readonly #qps = new Map<number, WeakRef<AttachedQp>>()
   /** @internal PendingOwner */
   readonly pendings: PendingTable
   readonly #wrIds = SRQ_WR_IDS
@@ -63,15 +68,19 @@ export class SharedReceiveQueue extends Resource {
   get orphanedReceives(): number { return this.#orphaned }
 
   /** @internal A QP that receives through this SRQ: its receive CQ polls for our receives while any wait. */
-  attach(qp: { recvCq: CompletionQueue }): void {
+  attach(qp: AttachedQp): void {
+    this.#qps.set(qp.qpn, new WeakRef(qp))
     const cq = qp.recvCq
     const users = this.#cqs.get(cq) ?? 0
     this.#cqs.set(cq, users + 1)
     if (users === 0) for (let i = 0; i < this.#pending; i++) cq.addPending()
   }
 
-  /** @internal The QP is closed. */
-  detach(qp: { recvCq: CompletionQueue }): void {
+  /** @internal The QP is closed (or was collected: then `qp` is what it left, its number and CQ). */
+  detach(qp: { recvCq: CompletionQueue; qpn: number }): void {
+    const attached = this.#qps.get(qp.qpn)?.deref()
+    // Not a newer QP that got the same number before the finalizer of a collected one ran.
+    if (attached === undefined || attached === qp) this.#qps.delete(qp.qpn)
     const cq = qp.recvCq
     const users = this.#cqs.get(cq)
     if (users === undefined) return
@@ -151,8 +160,10 @@ export class SharedReceiveQueue extends Resource {
 
   /** @internal */
   released(pending: Pending): void { this.#outstanding.delete(pending) }
-  /** @internal */
-  failed(_error: RdmaError): void {}
+  /** @internal A receive completed with an error: the QP it arrived on fails, as with a receive queue of its own. */
+  failed(error: RdmaError): void {
+    if (error.qpn !== undefined) this.#qps.get(error.qpn)?.deref()?.failed(error)
+  }
   /** @internal */
   orphaned(_entry: CompletionEntry): void { this.#orphaned++ }
 

@@ -2,8 +2,9 @@
 // CQ entry) stay bounded by their timeoutMs / signal, and completions are
 // found whichever CQ they arrive on.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { Access, type CompletionQueue, type Device, type QueuePair } from '../../dist/index.js'
-import { ALL_ACCESS, connectedPair, pattern, testDevice, within } from './helpers.js'
+import { Access, type CompletionQueue, type Device, type ProtectionDomain, type QueuePair, type RemoteSlice } from '../../dist/index.js'
+import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice, within } from './helpers.js'
+import { countResources } from './resources.js'
 
 let device: Device
 const cleanups: Array<() => void> = []
@@ -152,5 +153,93 @@ describe('shared receive queue', () => {
     expect(wc).toMatchObject({ qpn: r2.qpn, byteLength: 256 })
     expect(Buffer.compare(region.bytes.subarray(0, 256), pattern(256, 3))).toBe(0)
     expect([cqA.pending, cqB.pending]).toEqual([0, 0])
+  })
+})
+
+describe('an SRQ receive that completes with an error', () => {
+  it('fails the QP it arrived on, as a receive of its own would', async () => {
+    const { pd, srq, region, receiver, sender, close } = await srqPair(device)
+    cleanups.push(close)
+    // 8 bytes of buffer for a 64-byte message: the receive completes with an error (rxe: LOC_QP_OP_ERR).
+    const received = srq.recv(region.slice(0, 8), { timeoutMs: 10_000 }).catch((e) => e)
+    const other = pd.createQp({ type: 'RC', sendCq: receiver.sendCq, srq }) // attached too, not connected
+    cleanups.push(() => other.close())
+    const sent = sender.send(region.slice(1024, 64), { timeoutMs: 10_000 }).catch((e) => e)
+    const failure = await within(received, 15_000, 'srq.recv')
+    expect(failure).toMatchObject({ name: 'RdmaError', verb: 'recv', qpn: receiver.qpn })
+    expect(failure.code).toMatch(/^LOC_/)
+    await within(sent, 15_000, 'the send')
+    expect(receiver.error, 'the failure of the QP the message arrived on').toMatchObject({ code: failure.code, qpn: receiver.qpn })
+    expect(receiver.state).toBe('ERR')
+    await expect(receiver.write(region.slice(0, 8), region.asRemote().slice(8, 8))).rejects.toMatchObject({ code: 'ERR_QP_STATE', status: failure.code })
+    // The SRQ and its other QP are not failed by it.
+    expect(other.error).toBeUndefined()
+    expect(srq.closed).toBe(false)
+  })
+})
+
+describe('the result slots of atomics that timed out or were aborted', () => {
+  const ROUNDS = 3
+  const PER_ROUND = 200 // 600 in all: more than the 512 slots of one page (lib/verbs/atomic-slots.ts)
+
+  /**
+   * A QP connected to a QP that is then destroyed: nothing ever answers its
+   * requests, which fail with RETRY_EXC_ERR after retryCount + 1 ACK timeouts
+   * of 4.096 us * 2^timeout each.
+   */
+  async function unanswered(pd: ProtectionDomain, cq: CompletionQueue, connect: { timeout: number; retryCount: number }): Promise<QueuePair> {
+    const qp = pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: 256 })
+    const gone = pd.createQp({ type: 'RC', sendCq: cq })
+    await qp.connect(gone.endpoint(), connect)
+    gone.close()
+    return qp
+  }
+
+  /**
+   * PER_ROUND fetch-and-adds that all end (timeoutMs 1, or a signal aborted right after posting)
+   * before their completions arrive: each settles with its code, not with the completion's status.
+   */
+  async function expiredRound(qp: QueuePair, remote: RemoteSlice, how: 'timeout' | 'abort'): Promise<void> {
+    const controller = new AbortController()
+    const options = how === 'timeout' ? { timeoutMs: 1 } : { signal: controller.signal }
+    const atomics = Array.from({ length: PER_ROUND }, () => qp.fetchAndAdd(remote, 1n, options))
+    controller.abort()
+    const results = await within(Promise.allSettled(atomics), 30_000, 'the atomics')
+    const codes = new Set(results.map((r) => r.status === 'rejected' ? (r.reason as { code?: string }).code : 'resolved'))
+    expect([...codes]).toEqual([how === 'timeout' ? 'ETIMEDOUT' : 'ABORT_ERR'])
+  }
+
+  async function setup() {
+    const pd = device.allocPd()
+    const cq = device.createCq({ entries: 1024 })
+    const target = pd.allocRegion(4096, ALL_ACCESS)
+    cleanups.push(() => { pd.close(); cq.close() })
+    return { pd, cq, remote: target.asRemote().slice(0, 8), mrs: countResources('mr') }
+  }
+
+  it('come back once their completion arrives: a PD keeps one page of slots however many time out', async () => {
+    const { pd, cq, remote, mrs } = await setup()
+    const qps: QueuePair[] = [] // kept open: only the completions give the slots back
+    for (let round = 0; round < ROUNDS; round++) {
+      // About 4 x 67 ms before the device gives up: the atomics expire long before.
+      const qp = await unanswered(pd, cq, { timeout: 14, retryCount: 3 })
+      qps.push(qp)
+      await expiredRound(qp, remote, round % 2 === 0 ? 'timeout' : 'abort')
+      await within((async () => { while (qp.outstanding > 0) await new Promise((resolve) => setTimeout(resolve, 20)) })(), 30_000, 'the completions of the expired atomics')
+      expect(qp.error).toMatchObject({ code: 'RETRY_EXC_ERR' })
+    }
+    expect(countResources('mr') - mrs, 'pages of atomic slots the PD registered').toBe(1)
+  })
+
+  it('come back when their QP is closed (flushed): a PD keeps one page of slots however many time out', async () => {
+    const { pd, cq, remote, mrs } = await setup()
+    for (let round = 0; round < ROUNDS; round++) {
+      // About 8 x 1.07 s before the device gives up: closed long before.
+      const qp = await unanswered(pd, cq, { timeout: 18, retryCount: 7 })
+      await expiredRound(qp, remote, round % 2 === 0 ? 'abort' : 'timeout')
+      expect(qp.outstanding, 'no completion yet: the close flushes them').toBe(PER_ROUND)
+      qp.close()
+    }
+    expect(countResources('mr') - mrs, 'pages of atomic slots the PD registered').toBe(1)
   })
 })

@@ -4,6 +4,7 @@
 // flight keeps what it needs alive until it settles, even when the program
 // holds nothing but its promise. Needs --expose-gc (vitest.rdma.config.ts).
 import { describe, expect, it } from 'vitest'
+import v8 from 'node:v8'
 import { Access, connect, listen, type Connection, type Device } from '../../dist/index.js'
 import { ALL_ACCESS, pattern, testDevice, within } from './helpers.js'
 import { countAll, countResources } from './resources.js'
@@ -96,6 +97,35 @@ describe('garbage collection frees native handles', () => {
     expect(refs.map((r) => r.deref() === undefined)).toEqual([true, true, true, true, true])
     expect(freed).toBe(true)
     expect(countAll()).toEqual(before)
+  }, 180_000)
+
+  it('a long-lived PD forgets the children the GC collected: their WeakRefs do not pile up in it', async () => {
+    expect(gc, 'run with --expose-gc').toBeTypeOf('function')
+    const device = testDevice()
+    try {
+      const pd = device.allocPd()
+      const mrs = countResources('mr')
+      const N = 300
+      // Live WeakRefs in the whole heap (V8 counts them after a full GC), once cleanup callbacks had their turns.
+      const weakRefs = async (): Promise<number> => {
+        await gcRounds(5)
+        return (v8 as unknown as { queryObjects(ctor: unknown, options: { format: 'count' }): number }).queryObjects(WeakRef, { format: 'count' })
+      }
+      const dropRegions = async (): Promise<void> => {
+        for (let i = 0; i < N; i++) pd.allocRegion(4096)
+        for (let round = 0; round < 100 && countResources('mr') !== mrs; round++) await gcRounds(1)
+        expect(countResources('mr'), 'the dropped regions were collected (their native finalizers ran)').toBe(mrs)
+      }
+      await dropRegions() // first: whatever a first use allocates for good
+      const before = await weakRefs()
+      await dropRegions()
+      const after = await weakRefs()
+      console.log(`WeakRefs in the heap: ${before} before, ${after} after ${N} regions of one PD were dropped and collected`)
+      expect(after - before, `WeakRefs left behind by ${N} collected regions of a PD that stays open`).toBeLessThan(N / 10)
+      expect(pd.closed).toBe(false)
+    } finally {
+      device.close()
+    }
   }, 180_000)
 
   it('a dropped QP with a receive in flight stays alive until it settles: a message sent later arrives', async () => {

@@ -11,10 +11,14 @@ import * as api from '../../dist/index.js'
 import { native } from '../../dist/native/addon.js'
 import { NO_DEVICES_HELP } from '../../dist/verbs/device.js'
 import { kernelDevices } from './kernel-devices.js'
+import { needs } from '../rdma/needs.js'
 
 const { listDevices, openDevice, RdmaError } = api
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const noDevices = listDevices().length === 0
+// The help for a machine without devices shows only where there are none (as on the CI host): elsewhere
+// these tests say why they are skipped, and under CI / NODE_IBVERBS_REQUIRE_RDMA=1 they fail instead.
+const withoutDevices = needs(noDevices ? undefined : `this machine has RDMA devices (${listDevices().map((d) => d.name).join(', ')}); the message for none shows only where there are none`)
 
 describe('the addon', () => {
   it('loads and exposes its classes and layout constants', () => {
@@ -113,7 +117,7 @@ describe('openDevice()', () => {
     expect(error.devices).toEqual(listDevices().map((d) => d.name))
   })
 
-  it.runIf(noDevices)("openDevice('rxe0') says there are no devices", () => {
+  withoutDevices("openDevice('rxe0') says there are no devices", () => {
     const error = thrown(() => openDevice('rxe0'))
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
@@ -122,7 +126,7 @@ describe('openDevice()', () => {
     expect(error.devices).toEqual([])
   })
 
-  it.runIf(noDevices)('openDevice() without a name says there are no devices', () => {
+  withoutDevices('openDevice() without a name says there are no devices', () => {
     const error = thrown(() => openDevice())
     expect(error).toBeInstanceOf(RdmaError)
     expect(error.code).toBe('ENODEV')
