@@ -1,5 +1,5 @@
-// Helpers of the engine suites (test/engine/*): the same pattern() as
-// test/rdma/helpers.ts, without its verbs imports (the TCP run has no device).
+// Helpers of the engine suites (test/engine/*), without verbs imports (the
+// TCP run has no device); test/rdma/helpers.ts re-exports pattern() and within().
 import type { Segment } from '../../dist/index.js'
 
 export function pattern(length: number, seed: number): Uint8Array {

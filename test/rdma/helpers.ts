@@ -1,6 +1,8 @@
 // Shared setup for the RDMA suites. They need a real device: when none is
 // there they fail (loudly), they never skip. scripts/test.mjs provides one.
 import { Access, openDevice, type CompletionQueue, type Device, type MemoryRegion, type ProtectionDomain, type QueuePair, type QueuePairOptions } from '../../dist/index.js'
+// pattern() and within() are the engine suites' (test/engine/util.ts), which have no verbs imports.
+export { pattern, within } from '../engine/util.js'
 
 export const ALL_ACCESS = Access.LocalWrite | Access.RemoteWrite | Access.RemoteRead | Access.RemoteAtomic
 
@@ -48,17 +50,6 @@ export async function openTestPair(options: Parameters<typeof connectedPair>[1] 
   }
 }
 
-/** Deterministic bytes that differ per position and seed. */
-export function pattern(length: number, seed: number): Uint8Array {
-  const out = new Uint8Array(length)
-  let x = (seed * 2654435761) >>> 0
-  for (let i = 0; i < length; i++) {
-    x = (x * 1103515245 + 12345) >>> 0
-    out[i] = x >>> 24
-  }
-  return out
-}
-
 export function u64(region: MemoryRegion, offset: number): bigint {
   return new DataView(region.bytes.buffer, region.bytes.byteOffset).getBigUint64(offset, true)
 }
@@ -81,12 +72,6 @@ export async function srqPair(device: Device, regionSize = 4096) {
 }
 
 /** Fails instead of hanging: rejects if `promise` has not settled after `ms`. */
-export function within<T>(promise: Promise<T>, ms = 10_000, what = 'the promise'): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const guard = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms) })
-  return Promise.race([promise, guard]).finally(() => clearTimeout(timer))
-}
-
 /** Blocks the thread (the event loop does not turn) until `done()` or `ms` pass. */
 export function waitWithoutLoop(done: () => boolean, ms: number): void {
   const cell = new Int32Array(new SharedArrayBuffer(4))
