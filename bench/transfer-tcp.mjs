@@ -13,12 +13,13 @@
 //   bash scripts/softroce.sh run -- node bench/transfer-tcp.mjs --rdma
 //
 // Options: --rounds N (5), --mib N (64: bytes per transfer), --sizes 65536,16384,4096,
-//   --qps 1,2, --ops write,read, --rdma, --out DIR, --quiet.
+//   --qps 1,2, --ops write,read, --rdma, --out DIR, --quiet, --help.
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { execSync } from 'node:child_process'
+import { commonOption } from './entry.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
@@ -37,9 +38,7 @@ function parseArgs(argv) {
       case '--qps': o.qps = list(val()); break
       case '--ops': o.ops = val().split(','); break
       case '--rdma': o.rdma = true; break
-      case '--out': o.out = val(); break
-      case '--quiet': o.quiet = true; break
-      default: throw new Error(`unknown option ${a}`)
+      default: commonOption(o, a, val, import.meta.url, 16) // --out, --from-log, --quiet, --help
     }
   }
   return o
