@@ -22,7 +22,7 @@ const only = opt('--only', undefined)?.split(',')
 const dist = opt('--dist', undefined)
 const tag = opt('--tag', undefined)
 const lib = (file) => dist ? pathToFileURL(resolve(dist, file)).href : `../../dist/${file}`
-const { openDevice } = await import(lib('index.js'))
+const { openDevice, TransferAgent } = await import(lib('index.js'))
 /** The first of `files` the build has: a variant may predate lib/'s folders (2026-12-03). */
 async function libModule(...files) {
   for (const file of files) {
@@ -39,6 +39,32 @@ const { WrOpcode, SendFlags } = await libModule('core/constants.js', 'constants.
 const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 const busy = await connectedPair(device, 'busy')
 const event = await connectedPair(device, 'event')
+const engine = await enginePair()
+
+/**
+ * Two transfer agents in this process, 1 QP per peer, a 4 KiB block: the
+ * engine's rows count both sides (the initiator's write and the target's
+ * notification handler), as one machine running both would.
+ */
+async function enginePair() {
+  const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
+  if (!TransferAgent) return undefined
+  const target = await TransferAgent.create({ host, port: 0, qpsPerPeer: 1 })
+  const initiator = await TransferAgent.create({ host, port: 0, qpsPerPeer: 1 })
+  target.register('kv', { size: 4096, remote: 'write' })
+  const src = initiator.register('src', { size: 4096 })
+  const peer = await initiator.connect({ host, port: target.port })
+  while (!peer.segments.has('kv')) await new Promise((r) => setTimeout(r, 10))
+  let arrived
+  target.on('notification', () => arrived())
+  const block = [{ local: [src, 0], remote: ['kv', 0], length: 4096 }]
+  const notified = { notify: 'n' }
+  return {
+    write: () => initiator.write(peer, block),
+    notified: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, block, notified)]),
+    close: () => { initiator.close(); target.close() },
+  }
+}
 
 /** The raw path: encode one READ into a Uint32Array, post it, poll until its completion. */
 function rawRead({ c, s }) {
@@ -133,6 +159,10 @@ function paths() {
     // does the gap between them come from the verb or from BigInt arithmetic on non-zero values?
     { label: 'await qp.compareAndSwap() (non-zero operands)', async: () => c.qp.compareAndSwap(atomicRemote2, 0x1_0000_0001n, 0x2_0000_0002n) },
     { label: 'await qp.fetchAndAdd() (adds 0 to 0)', async: () => c.qp.fetchAndAdd(atomicRemote3, 0n) },
+    ...(engine ? [
+      { label: 'engine: await write() of 4 KiB, 1 QP (both agents)', async: engine.write },
+      { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
+    ] : []),
   ]
 }
 
@@ -184,6 +214,7 @@ for (const path of paths()) {
     console.log('@icount ' + JSON.stringify({ label: tag ? `[${tag}] ${path.label}` : path.label, n: n * per, us, ...extra }))
   }
 }
+engine?.close()
 device.close()
 if (args.includes('--maps')) {
   // For --profile: what the host needs to name the profile's addresses (V8's

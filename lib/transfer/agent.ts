@@ -10,7 +10,7 @@ import type { RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import type { ControlMessage } from './control.js'
-import { decodeNotification, encodeNotification, NotificationFeed } from './notifications.js'
+import { decodeNotification, encodeNotification, noticePayload, NotificationFeed } from './notifications.js'
 import type { Link } from './link.js'
 import { agentSettings, chooseTransport, progressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
@@ -269,7 +269,7 @@ export class TransferAgent extends EventEmitter {
     }
     this.#resync(link)
     const owner = peer
-    link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error))
+    link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error), (message) => this.#notified(owner, message))
     return peer
   }
 
@@ -284,13 +284,7 @@ export class TransferAgent extends EventEmitter {
 
   #onMessage(peer: Peer, link: Link, message: ControlMessage): void {
     switch (message.t) {
-      case 'n': {
-        peer.counters.notificationsReceived++
-        const notification = decodeNotification(peer, message)
-        this.emit('notification', notification)
-        this.#feed.push(notification)
-        return
-      }
+      case 'n': return this.#notified(peer, decodeNotification(message))
       case 'm':
         for (const item of message.list) this.#onMessage(peer, link, item)
         return
@@ -298,6 +292,14 @@ export class TransferAgent extends EventEmitter {
       case 'del': return link.remote.remove(message.name, message.v)
       default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
     }
+  }
+
+  /** A notification from `peer` (its data, if any, is in place). */
+  #notified(peer: Peer, message: string | Buffer): void {
+    peer.counters.notificationsReceived++
+    const notification = { peer, message }
+    this.emit('notification', notification)
+    this.#feed.push(notification)
   }
 
   #linkFailed(peer: Peer, link: Link, error: Error): void {
@@ -384,9 +386,10 @@ export class TransferAgent extends EventEmitter {
   async notify(peer: Peer, message: NotificationMessage, options: WaitOptions = {}): Promise<void> {
     const wait = this.#bounded(optionalObject(options, 'options'))
     wait.timeoutMs ??= this.#stallMs // one send: no completion within the stall bound is a stall
-    const encoded = encodeNotification(message)
+    const payload = noticePayload(message)
     const link = await this.#linkOf(peer, wait)
-    await bounded(link.queueMessage(Promise.resolve(true), encoded), 'notify', wait)
+    const notices = link.notices // RDMA: on the data QPs, numbered with the transfers'; TCP: on the control channel
+    await bounded(notices ? notices.send(notices.take(), payload) : link.queueMessage(Promise.resolve(true), encodeNotification(payload)), 'notify', wait)
     peer.counters.notificationsSent++
   }
 
@@ -402,7 +405,7 @@ export class TransferAgent extends EventEmitter {
       const o = optionalObject(options, 'options')
       const wait = this.#bounded(o)
       const progress = progressOptions(o, this.#stallMs)
-      const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
+      const notify = options.notify === undefined ? undefined : noticePayload(options.notify)
       const current = await this.#linkOf(peer, wait)
       if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
         checked = checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length)
@@ -418,7 +421,7 @@ export class TransferAgent extends EventEmitter {
     const o = optionalObject(options, 'options')
     const wait = this.#bounded(o)
     const progress = progressOptions(o, this.#stallMs)
-    const notify = o.notify === undefined ? undefined : encodeNotification(o.notify)
+    const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
     const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)

@@ -1,7 +1,8 @@
 // The control channel of a peer link: JSON messages over the rdma_cm
 // connection's own QP (SEND/RECV), in order. It carries the handshake (QP
 // endpoints of the data QPs), the segment tables (versioned, in chunks, then
-// additions and withdrawals) and notifications. Nothing rides in private data
+// additions and withdrawals) and, on a TCP link, notifications (an RDMA
+// link's ride on its data QPs: notices.ts). Nothing rides in private data
 // but a protocol tag.
 import { RdmaError } from '../core/errors.js'
 import { bounded } from '../cm/index.js'
@@ -9,8 +10,8 @@ import type { WaitOptions } from '../core/validate.js'
 import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import type { SegmentEntry } from './segments.js'
 
-/** Version of the messages below; a peer that speaks another is refused. */
-export const PROTOCOL = 1
+/** Version of the messages below and of the notices (2: notifications on the data QPs); a peer that speaks another is refused. */
+export const PROTOCOL = 2
 /** Private data of a transfer agent's connect request: tag and protocol. */
 export const CONNECT_TAG = Buffer.from(`NIBT${PROTOCOL}`)
 /**

@@ -1,33 +1,52 @@
-// Starts a checked plan on a link: the notification takes its turn at once
-// (notifications go out in call order), the peer's counters follow the run.
+// Starts a checked plan on a link, with its notification: on an RDMA link
+// it is numbered now (call order) and rides with the data (a write's last
+// batches) or follows it (a read's); on a TCP link it takes its turn on the
+// control channel at once. The peer's counters follow the run.
 import type { WaitOptions } from '../core/validate.js'
 import type { ProgressOptions } from './agent-settings.js'
-import type { NotifyMessage } from './control.js'
 import type { Link } from './link.js'
+import { encodeNotification, type NoticePayload } from './notifications.js'
+import type { OutgoingNotice } from './notice-sender.js'
 import type { Peer } from './peer.js'
 import type { CheckedPlan } from './plan.js'
-import { TransferRun, type TransferResult } from './run.js'
+import { TransferRun, type RunHooks, type TransferResult } from './run.js'
 
-export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: NotifyMessage | undefined, wait: WaitOptions,
+/** How a run's notification goes: the run hooks it needs, and what to do when the run settles. */
+function notificationOf(link: Link, plan: CheckedPlan, payload: NoticePayload): { hooks: Pick<RunHooks, 'notify' | 'notice'>; settled: (failed: boolean) => void } {
+  const notices = link.notices
+  if (notices) {
+    const seq = notices.take()
+    let notice: OutgoingNotice | undefined
+    const hooks = plan.op === 'write' ? { notice: notice = notices.forWrite(seq, plan, payload) } : { notify: () => notices.send(seq, payload) }
+    return {
+      hooks,
+      settled: (failed) => {
+        notice?.settled()
+        // The peer holds later notifications until this number is done: tell it this one will not come.
+        if (failed && link.healthy) notices.skip(seq)
+      },
+    }
+  }
+  let dataPlaced!: (ok: boolean) => void
+  const sent = link.queueMessage(new Promise<boolean>((r) => { dataPlaced = r }), encodeNotification(payload))
+  sent.catch(() => undefined)
+  return { hooks: { notify: () => { dataPlaced(true); return sent } }, settled: () => dataPlaced(false) } // no-op once resolved with true
+}
+
+export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: NoticePayload | undefined, wait: WaitOptions,
   progress: ProgressOptions, onBatchError: (error: Error) => void): Promise<TransferResult> {
   return new Promise<TransferResult>((resolve, reject) => {
     const counters = peer.counters
-    let dataPlaced: ((ok: boolean) => void) | undefined
-    let sent: Promise<void> | undefined
-    if (notify) {
-      const ready = new Promise<boolean>((r) => { dataPlaced = r })
-      sent = link.queueMessage(ready, notify)
-      sent.catch(() => undefined)
-    }
+    const notification = notify ? notificationOf(link, plan, notify) : undefined
     counters.inFlight++
     const run = new TransferRun(plan, {
       peer: peer.id,
-      ...(sent ? { notify: () => { dataPlaced!(true); return sent! } } : {}),
+      ...notification?.hooks,
       onBatchError,
       settled: (r, error, result) => {
         link.runs.delete(r)
         counters.inFlight--
-        dataPlaced?.(false) // no-op once resolved with true
+        notification?.settled(error !== undefined)
         if (error) {
           counters.errors++
           reject(error)

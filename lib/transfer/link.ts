@@ -15,6 +15,8 @@ import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
 import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlChannel, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
+import { NOTICE_RECEIVES, NoticeInbox } from './notices.js'
+import { NoticeSender } from './notice-sender.js'
 import type { AgentLinkSettings } from './transport.js'
 
 /** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
@@ -50,6 +52,9 @@ export class Link {
   }
 
   get healthy(): boolean { return this.error === undefined && !this.#closed }
+
+  /** RDMA: notifications ride on the data QPs (notices.ts); TCP: undefined, they go on the control channel. */
+  get notices(): NoticeSender | undefined { return undefined }
 
   /**
    * Sends `message` once `ready` resolves true (drops it on false), after
@@ -98,8 +103,11 @@ export class Link {
     if (this.healthy) this.conn.sendJson(message).catch(() => undefined)
   }
 
-  /** Starts taking control messages after the handshake. */
-  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void): void {
+  /**
+   * Starts taking control messages after the handshake, and (RDMA) the
+   * notifications that ride on the data QPs; TCP's come as 'n' messages.
+   */
+  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void, _onNotice: (message: string | Buffer) => void): void {
     this.conn.on('disconnected', () => onFailure(new RdmaError('The peer disconnected (its process or link is gone)', { code: 'ECONNRESET' })))
     this.inbox.listen(onMessage, onFailure)
   }
@@ -112,6 +120,7 @@ export class Link {
   fail(error: RdmaError): void {
     if (this.error) return
     this.error = error
+    this.notices?.fail(error)
     for (const poster of this.posters) poster.clear()
     this.remote.clear()
     this.close()
@@ -127,29 +136,48 @@ export class Link {
   }
 }
 
-/** An RDMA link: the rdma_cm connection's QP carries the control messages, RC QPs on one CQ the data. */
+/** An RDMA link: the rdma_cm connection's QP carries the control messages, RC QPs on one CQ the data and the notifications. */
 export class RdmaLink extends Link {
-  constructor(conn: Connection, inbox: ControlInbox, readonly cq: CompletionQueue, readonly qps: QueuePair[], remote: RemoteTable,
+  readonly #notices: NoticeSender
+
+  constructor(conn: Connection, inbox: ControlInbox, readonly data: DataQps, remote: RemoteTable,
     peerAgent: string, peerName: string, batchWrs: number) {
-    super(conn, inbox, qps.map((qp) => new QpLane(qp)), remote, peerAgent, peerName, batchWrs, () => cq.close())
+    super(conn, inbox, data.qps.map((qp) => new QpLane(qp)), remote, peerAgent, peerName, batchWrs, () => closeData(data))
+    this.#notices = new NoticeSender(data.qps[0]!.pd, this.posters[0]!)
+  }
+
+  override get notices(): NoticeSender { return this.#notices }
+  get qps(): readonly QueuePair[] { return this.data.qps }
+  get cq(): CompletionQueue { return this.data.cq }
+
+  override listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void, onNotice: (message: string | Buffer) => void): void {
+    super.listen(onMessage, onFailure, onNotice)
+    this.data.notices.listen(onNotice, onFailure)
   }
 }
 
-/** A link's data QPs and the CQ they share. */
-type DataQps = { cq: CompletionQueue; qps: QueuePair[] }
+/** A link's data QPs, the CQ they share, and the receiving half of their notices. */
+type DataQps = { cq: CompletionQueue; qps: QueuePair[]; notices: NoticeInbox }
+
+/** Closes what dataQps() opened, QPs first (their receives are flushed before the buffers go). */
+function closeData(data: Partial<DataQps>): void {
+  for (const qp of data.qps ?? []) qp.close()
+  data.cq?.close()
+  data.notices?.close()
+}
 
 function dataQps(settings: LinkSettings, count: number): DataQps {
   const device = settings.pd.device
-  const cq = device.createCq({ entries: count * settings.queueDepth + 16 })
-  const qps: QueuePair[] = []
+  // Each QP: its slices and one notice in flight (qp-lane.ts), and the notices' receives.
+  const data: Partial<DataQps> = { cq: device.createCq({ entries: count * (settings.queueDepth + 1 + NOTICE_RECEIVES) + 16 }), qps: [] }
   try {
-    for (let i = 0; i < count; i++) qps.push(settings.pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: settings.queueDepth, maxRecvWr: 1 }))
+    for (let i = 0; i < count; i++) data.qps!.push(settings.pd.createQp({ type: 'RC', sendCq: data.cq!, maxSendWr: settings.queueDepth + 1, maxRecvWr: NOTICE_RECEIVES }))
+    data.notices = new NoticeInbox(settings.pd, data.qps!)
   } catch (error) {
-    for (const qp of qps) qp.close()
-    cq.close()
+    closeData(data)
     throw error
   }
-  return { cq, qps }
+  return data as DataQps
 }
 
 function checkHello(message: HelloMessage, expected: number | undefined): void {
@@ -190,15 +218,13 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
     // Receives for everything the peer may send are posted before this side first sends.
     const inbox = new ControlInbox(conn)
     const peer = await greet(inbox, (count) => (data = dataQps(settings, count)))
-    const { cq, qps } = data! // greet opens them before it returns
     const remote = new RemoteTable()
     const sent = await exchangeTables(conn, inbox, settings, remote, left())
-    const link = new RdmaLink(conn, inbox, cq, qps, remote, peer.agent, String(peer.name), settings.batchWrs)
+    const link = new RdmaLink(conn, inbox, data!, remote, peer.agent, String(peer.name), settings.batchWrs) // greet opened the QPs
     link.sentTable = sent
     return link
   } catch (error) {
-    for (const qp of data?.qps ?? []) qp.close()
-    data?.cq.close()
+    if (data) closeData(data)
     conn.close()
     throw handshakeError(error)
   }
@@ -232,6 +258,7 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     // A peer that did not check the incarnation itself (it answered anyway): refused here.
     if (incarnation !== undefined && welcome.agent !== incarnation) throw staleError(host, port, incarnation, welcome.agent)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!, { timeout: settings.ackTimeout })
+    data.notices.start() // before this side's table goes: the peer sends nothing before it has that
     return welcome
   })
 }
@@ -257,6 +284,7 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
     checkHello(hello, undefined)
     const data = open(hello.qps.length)
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
+    data.notices.start() // before the welcome: the peer sends nothing before it has that
     await conn.sendJson({ t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
     return hello
   })

@@ -3,31 +3,45 @@
 import { tooLarge, typeError } from '../core/validate.js'
 import { MAX_NOTIFICATION_BYTES, type NotifyMessage } from './control.js'
 import type { Notification } from './agent-options.js'
-import type { Peer } from './peer.js'
 
 function notificationTooLarge(bytes: number): Error {
   return tooLarge(`A notification holds at most ${MAX_NOTIFICATION_BYTES} bytes; this one has ${bytes}`)
 }
 
-/** A string or bytes as the 'n' message (refused above MAX_NOTIFICATION_BYTES). */
-export function encodeNotification(message: unknown): NotifyMessage {
+/** A notification checked once at the call (at most MAX_NOTIFICATION_BYTES), as the transports send it. */
+export interface NoticePayload {
+  /** The string as given, for a string; undefined for bytes. */
+  text: string | undefined
+  /** Its UTF-8, or a copy of the bytes (the caller may reuse theirs at once). */
+  bytes: Buffer
+}
+
+/** A string or bytes as a notification (refused above MAX_NOTIFICATION_BYTES). */
+export function noticePayload(message: unknown): NoticePayload {
   if (typeof message === 'string') {
     const utf8 = Buffer.from(message)
     if (utf8.length > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(utf8.length)
-    // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
-    return JSON.stringify(message).length <= 1400 ? { t: 'n', s: message } : { t: 'n', b: utf8.toString('base64'), u: 1 }
+    return { text: message, bytes: utf8 }
   }
   if (message instanceof Uint8Array) {
     if (message.byteLength > MAX_NOTIFICATION_BYTES) throw notificationTooLarge(message.byteLength)
-    return { t: 'n', b: Buffer.from(message.buffer, message.byteOffset, message.byteLength).toString('base64') }
+    return { text: undefined, bytes: Buffer.from(message) }
   }
   throw typeError('a string or Uint8Array', 'options.notify', message)
 }
 
-/** The notification an 'n' message from `peer` carries, as the sender gave it (string or bytes). */
-export function decodeNotification(peer: Peer, message: NotifyMessage): Notification {
+/** A notification as the control channel's 'n' message (the TCP transport's path). */
+export function encodeNotification(payload: NoticePayload): NotifyMessage {
+  const text = payload.text
+  if (text === undefined) return { t: 'n', b: payload.bytes.toString('base64') }
+  // Escapes could make JSON of 1 KiB six times larger: such strings travel as base64.
+  return JSON.stringify(text).length <= 1400 ? { t: 'n', s: text } : { t: 'n', b: payload.bytes.toString('base64'), u: 1 }
+}
+
+/** What an 'n' message carries, as the sender gave it (string or bytes). */
+export function decodeNotification(message: NotifyMessage): string | Buffer {
   const bytes = message.b === undefined ? undefined : Buffer.from(message.b, 'base64')
-  return { peer, message: bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes }
+  return bytes === undefined ? message.s ?? '' : message.u ? bytes.toString() : bytes
 }
 
 /** Arrived notifications fanned out to the open iterators; end() finishes them all. */

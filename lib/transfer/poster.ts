@@ -6,6 +6,7 @@
 // in JS, instead of failing with ENOMEM.
 import type { CheckedPlan } from './plan.js'
 import type { SegmentMemory } from './segments.js'
+import type { NoticeTail } from './notices.js'
 
 /**
  * Where a poster's batches go: a data QP (RDMA, qp-lane.ts) or a lane of a
@@ -18,12 +19,22 @@ export interface Lane {
   readonly depth: number
   /** Closed or in error: a failed batch broke the link (else it was refused alone). */
   readonly broken: boolean
-  post(plan: CheckedPlan, from: number, to: number, regions: readonly SegmentMemory[]): Promise<void>
+  /** `tail`: the batch ends with a notice (RDMA only: the TCP link sends its notifications on its control channel). */
+  post(plan: CheckedPlan, from: number, to: number, regions: readonly SegmentMemory[], tail?: NoticeTail): Promise<void>
   close(): void
 }
 
-/** A batch a source posted: its work requests, the bytes they move, and its completion. */
-export interface PostedBatch { wrs: number; bytes: number; /** Its slices: from .. to of the plan. */ from: number; to: number; done: Promise<void> }
+/** A batch a source posted: its slices, the bytes they move, the send slots it takes, and its completion. */
+export interface PostedBatch {
+  wrs: number
+  bytes: number
+  /** Work requests: its slices, and its notice if it ends with one. */
+  slots: number
+  /** Its slices: from .. to of the plan. */
+  from: number
+  to: number
+  done: Promise<void>
+}
 
 /** A transfer's work for one QP. */
 export interface PostSource {
@@ -67,7 +78,11 @@ export class QpPoster {
     this.pump()
   }
 
-  /** Posts batches while the send queue has room; one batch per transfer per turn. */
+  /**
+   * Posts batches while the send queue has room; one batch per transfer per
+   * turn. A batch may take one slot more than its slices (a notice): the
+   * lane's depth leaves that room.
+   */
   pump(): void {
     while (this.#queue.length > 0 && this.#inflight + this.#batch <= this.#depth) {
       const source = this.#queue.shift()!
@@ -80,15 +95,15 @@ export class QpPoster {
         continue
       }
       if (source.hasMore(this.index)) this.#queue.push(source)
-      const { wrs } = batch
-      if (wrs === 0) continue
-      this.#inflight += wrs
+      const { slots } = batch
+      if (slots === 0) continue
+      this.#inflight += slots
       batch.done.then(() => {
-        this.#inflight -= wrs
+        this.#inflight -= slots
         source.batchDone(batch)
         this.pump()
       }, (error: Error) => {
-        this.#inflight -= wrs
+        this.#inflight -= slots
         source.batchFailed(error, this.#linkBroken(), true)
         this.pump()
       })

@@ -9,6 +9,7 @@ import type { SegmentMemory } from './segments.js'
 import type { RdmaErrorCode } from '../core/error-codes.js'
 import { LandedBlocks } from './landed.js'
 import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
+import type { OutgoingNotice } from './notice-sender.js'
 
 /** What a successful transfer resolves with. */
 export interface TransferResult {
@@ -25,8 +26,10 @@ export interface TransferResult {
 
 export interface RunHooks {
   peer: string
-  /** Sends the notification (ordered per peer); resolves when the peer's device has it. */
+  /** Sends the notification after the data (ordered per peer); resolves when the peer has it. */
   notify?: () => Promise<void>
+  /** RDMA writes: the notification rides on each QP's last batch instead (notices.ts). */
+  notice?: OutgoingNotice
   /** A batch failed and its QP is in the error state: the link is broken. */
   onBatchError(error: Error): void
   settled(run: TransferRun, error: Error | undefined, result: TransferResult | undefined): void
@@ -132,7 +135,7 @@ export class TransferRun implements PostSource {
     const { slices, locals, remotes } = this.#plan
     const from = this.#cursor[q]!
     const to = Math.min(this.#plan.bounds[q + 1]!, from + max)
-    if (to <= from) return { wrs: 0, bytes: 0, from, to: from, done: Promise.resolve() }
+    if (to <= from) return { wrs: 0, bytes: 0, slots: 0, from, to: from, done: Promise.resolve() }
     this.#cursor[q] = to
     // The local regions the batch names (held until it completes); a segment
     // unregistered since the plan was checked refuses the batch, before any
@@ -157,9 +160,12 @@ export class TransferRun implements PostSource {
         if (segment.withdrawn) throw new RdmaError(`The peer withdrew segment '${segment.name}' during the transfer`, { code: 'ERR_SEGMENT_WITHDRAWN' })
       }
     }
-    const done = lane.post(this.#plan, from, to, regions)
+    const notice = this.#hooks.notice
+    const tail = notice !== undefined && to === this.#plan.bounds[q + 1] ? notice.tailFor(q) : undefined
+    const done = lane.post(this.#plan, from, to, regions, tail)
+    if (tail?.slot) done.then(() => notice!.release(), () => notice!.release())
     this.#inflight++
-    return { wrs: to - from, bytes, from, to, done }
+    return { wrs: to - from, bytes, slots: tail ? to - from + 1 : to - from, from, to, done }
   }
 
   batchDone(batch: PostedBatch): void {

@@ -114,7 +114,7 @@ function simpleBatch(qp: QpContext, operations: readonly BatchOperation[], wait:
  * the requests name) is checked to be of this PD and usable; they are held
  * until the batch completes.
  */
-export function postEncoded(qp: QpContext, verb: 'write' | 'read', count: number, regions: readonly MemoryRegion[],
+export function postEncoded(qp: QpContext, verb: 'write' | 'read' | 'send', count: number, regions: readonly MemoryRegion[],
   encode: (firstWrId: number, enc: WorkRequestEncoder) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     try {

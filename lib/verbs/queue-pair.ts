@@ -361,7 +361,7 @@ export class QueuePair extends Resource {
    * in one post, written by `encode(firstWrId, encoder)` straight from the
    * caller's columns (qp-batch.ts).
    */
-  postEncoded(verb: 'write' | 'read', count: number, regions: readonly MemoryRegion[],
+  postEncoded(verb: 'write' | 'read' | 'send', count: number, regions: readonly MemoryRegion[],
     encode: (firstWrId: number, enc: WorkRequestEncoder) => void): Promise<void> {
     return postEncoded(this.#context, verb, count, regions, encode)
   }

@@ -173,7 +173,7 @@ export function progressTests(env: EngineEnv, before?: (ctx: ProgressContext) =>
       const at = (i: number): number => SIZE - 32 * BLOCK + i * 2 * BLOCK
       const blocks: Block[] = Array.from({ length: 16 }, (_, i) => ({ local: [src, i * BLOCK], remote: ['kv', at(i)], length: BLOCK }))
       // Frozen. RDMA: its device still answers, but its process posts no more
-      // receives: once the control QP's posted receives are used up, a
+      // receives: once the data QPs' notice receives are used up, a
       // notification is NAKed (RNR) and retried forever. TCP: its kernel takes
       // the bytes, but its agent acknowledges nothing. No completion comes.
       child!.process.kill('SIGSTOP')
@@ -188,21 +188,27 @@ export function progressTests(env: EngineEnv, before?: (ctx: ProgressContext) =>
           stalled = outcome as TransferError
         }
       }
-      expect(stalled, 'a notified write stalled once the frozen peer\'s receives were used up').toBeDefined()
-      expect(stalled!.code).toBe('ERR_STALLED')
-      expect(elapsed, 'failed within stallTimeoutMs + 1 s').toBeLessThanOrEqual(STALL + 1000)
-      expect(stalled!.landedBlocks).toBeInstanceOf(Uint8Array)
-      expect(stalled!.landedBlocks.length).toBe(2)
-      if (transport === 'rdma') {
-        // The data was acknowledged by the peer's device before the notification stalled: every block landed.
-        for (let i = 0; i < 16; i++) expect(isLanded(stalled!.landedBlocks, i), `block ${i} reported landed`).toBe(true)
-        expect(stalled!.bytesLanded).toBe(16 * BLOCK)
-      } else {
-        // Nothing acknowledged the data: none is reported landed (it lands when the peer resumes).
-        expect(stalled!.blocksLanded).toBe(0)
-        expect(stalled!.bytesLanded).toBe(0)
+      try { // the peer runs again whatever these find (a frozen peer would fail the tests after this one)
+        expect(stalled, 'a notified write stalled once the frozen peer\'s receives were used up').toBeDefined()
+        expect(stalled!.code).toBe('ERR_STALLED')
+        expect(elapsed, 'failed within stallTimeoutMs + 1 s').toBeLessThanOrEqual(STALL + 1000)
+        expect(stalled!.landedBlocks).toBeInstanceOf(Uint8Array)
+        expect(stalled!.landedBlocks.length).toBe(2)
+        if (transport === 'rdma') {
+          // The notification rides on each QP's last batch, as the signaled
+          // request: those batches are not confirmed while the frozen peer takes
+          // no notice, so fewer blocks may be reported than its device placed,
+          // never more (checked at the peer below).
+          expect(stalled!.bytesLanded).toBe(stalled!.blocksLanded * BLOCK)
+          expect(stalled!.blocksLanded).toBeLessThan(16)
+        } else {
+          // Nothing acknowledged the data: none is reported landed (it lands when the peer resumes).
+          expect(stalled!.blocksLanded).toBe(0)
+          expect(stalled!.bytesLanded).toBe(0)
+        }
+      } finally {
+        child!.process.kill('SIGCONT')
       }
-      child!.process.kill('SIGCONT')
       // TCP: the frozen peer places the bytes once it runs again; a write acknowledged after them says it has.
       if (transport === 'tcp') await within(agent.write(peer, blocks.slice(0, 1), { timeoutMs: 30_000 }), 35_000, 'a write after the peer resumed')
       for (let i = 0; i < 16; i++) expect(await child!.sum(at(i), BLOCK), `block ${i} at the peer`).toBe(checksum(src.bytes.subarray(i * BLOCK, (i + 1) * BLOCK)))

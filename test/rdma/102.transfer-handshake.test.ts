@@ -73,9 +73,9 @@ describe('transfer handshake failures', () => {
 
   it('a peer that sends a malformed hello is refused with ERR_TRANSFER_PROTOCOL (on the listening side), and its connection closed', async () => {
     const before = handshakeErrors.length
-    const conn = await connect({ host, port: agent.port, timeoutMs: 5000, privateData: Buffer.from('NIBT1'), receiveJson: true })
+    const conn = await connect({ host, port: agent.port, timeoutMs: 5000, privateData: Buffer.from('NIBT2'), receiveJson: true })
     const closed = new Promise((resolve) => conn.once('disconnected', resolve))
-    await conn.sendJson({ t: 'hello', p: 1, agent: 'x', name: 'x', qps: [] })
+    await conn.sendJson({ t: 'hello', p: 2, agent: 'x', name: 'x', qps: [] })
     await within(closed, 10_000, 'the agent to drop the connection')
     conn.close()
     await within((async () => { while (handshakeErrors.length === before) await new Promise((r) => setTimeout(r, 10)) })(), 5000, 'the handshakeError event')
@@ -94,10 +94,10 @@ describe('transfer handshake failures', () => {
     const emitted: string[] = []
     closing.on('peer', () => emitted.push('peer'))
     closing.on('handshakeError', () => emitted.push('handshakeError'))
-    const conn = await connect({ host, port: closing.port, pd, timeoutMs: 5000, privateData: Buffer.from('NIBT1'), receiveJson: true })
+    const conn = await connect({ host, port: closing.port, pd, timeoutMs: 5000, privateData: Buffer.from('NIBT2'), receiveJson: true })
     try {
       // The agent's side of the protocol, by hand: hello, its welcome and table, then this side's table.
-      await conn.sendJson({ t: 'hello', p: 1, agent: 'by-hand', name: 'by-hand', qps: [dataQp.endpoint()] })
+      await conn.sendJson({ t: 'hello', p: 2, agent: 'by-hand', name: 'by-hand', qps: [dataQp.endpoint()] })
       expect(await within(conn.receiveJson(), 10_000, 'welcome')).toMatchObject({ t: 'welcome' })
       expect(await within(conn.receiveJson(), 10_000, 'table')).toMatchObject({ t: 'add', end: true })
       const dropped = new Promise((resolve) => conn.once('disconnected', resolve))
