@@ -19,6 +19,7 @@ import type { TransferResult } from './run.js'
 import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import { tableChanges } from './resync.js'
 import type { Transport, TransportKind } from './transport.js'
 import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
@@ -273,13 +274,10 @@ export class TransferAgent extends EventEmitter {
     return peer
   }
 
-  /** Sends what changed in the local table since the handshake's snapshot. */
+  /** Sends what changed in the local table since the handshake's snapshot (a send that fails fails the link). */
   #resync(link: Link): void {
     if (link.sentTable.version === this.#table.version) return
-    for (const [name] of link.sentTable.entries) {
-      if (!this.#table.byName.has(name)) link.broadcast({ t: 'del', v: this.#table.version, name })
-    }
-    link.broadcast({ t: 'add', v: this.#table.version, seg: this.#table.entries(), end: true })
+    for (const message of tableChanges(link.sentTable.entries, this.#table.entries(), this.#table.version)) link.broadcast(message)
   }
 
   #onMessage(peer: Peer, link: Link, message: ControlMessage): void {

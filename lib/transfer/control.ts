@@ -34,8 +34,12 @@ export function staleError(host: string, port: number, wanted: string, found: st
     { code: 'ERR_STALE_PEER', cause })
 }
 
-/** Segment entries per table message (each message must stay under 4 KiB of JSON). */
-export const TABLE_CHUNK = 16
+/**
+ * Bytes of JSON of the entries in one table message: a control message holds
+ * 4096, the envelope ({"t":"add","v":..,"seg":[..],"end":..}) takes the rest.
+ * One entry takes at most ~850 (a name of 128 characters that JSON escapes).
+ */
+const TABLE_BYTES = 3500
 /** Largest notification payload. */
 export const MAX_NOTIFICATION_BYTES = 1024
 /** Receives kept posted on the control QP. */
@@ -177,11 +181,33 @@ export class ControlInbox {
   }
 }
 
-/** Sends the whole table in chunks; the last one has end: true. */
-export async function sendTable(conn: ControlChannel, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
-  for (let at = 0; at === 0 || at < entries.length; at += TABLE_CHUNK) {
-    await conn.sendJson({ t: 'add', v: version, seg: entries.slice(at, at + TABLE_CHUNK), end: at + TABLE_CHUNK >= entries.length } satisfies AddMessage, { timeoutMs })
+/**
+ * Table entries as 'add' messages that each fit one control message (packed
+ * in order by the bytes of their JSON; the last has end: true; no entries:
+ * one empty message). The handshake sends the whole table so, and the
+ * changes after it (agent resync) too.
+ */
+export function tableMessages(entries: readonly SegmentEntry[], version: number): AddMessage[] {
+  const messages: AddMessage[] = []
+  let seg: SegmentEntry[] = []
+  let bytes = 0
+  for (const entry of entries) {
+    const size = Buffer.byteLength(JSON.stringify(entry)) + 1
+    if (seg.length > 0 && bytes + size > TABLE_BYTES) {
+      messages.push({ t: 'add', v: version, seg, end: false })
+      seg = []
+      bytes = 0
+    }
+    seg.push(entry)
+    bytes += size
   }
+  messages.push({ t: 'add', v: version, seg, end: true })
+  return messages
+}
+
+/** Sends the whole table in chunks (tableMessages); the last one has end: true. */
+export async function sendTable(conn: ControlChannel, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
+  for (const message of tableMessages(entries, version)) await conn.sendJson(message, { timeoutMs })
 }
 
 /** Receives a table sent by sendTable. */

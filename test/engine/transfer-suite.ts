@@ -370,6 +370,40 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       }
     })
   })
+
+  describe(`tables and reconnects (${transport})`, () => {
+    it('segments registered while a peer connects reach it, however many and however long their names (the resync after the handshake goes in chunks)', async () => {
+      const { server } = ctx
+      const long = (i: number) => `resync-${String(i).padStart(4, '0')}-${'x'.repeat(100)}`
+      const agent = await TransferAgent.create({ host, port: 0, name: 'resync', transport })
+      try {
+        // 30 before the connect: the handshake's table, in chunks. Then, as the handshake takes its snapshot of
+        // the table (it describes each segment), 100 more right after it: those reach the server only through
+        // the resync that follows the handshake.
+        for (let i = 0; i < 30; i++) agent.register(long(i), { size: 4096 })
+        const region = agent.segments.get(long(0))!.region as unknown as { describe(): unknown }
+        const describe = region.describe.bind(region)
+        let armed = true
+        region.describe = () => {
+          if (armed) {
+            armed = false
+            queueMicrotask(() => { for (let i = 30; i < 130; i++) agent.register(long(i), { size: 4096 }) })
+          }
+          return describe()
+        }
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const snapshot = (peer as unknown as { link: { sentTable: { entries: unknown[] } } }).link.sentTable.entries.length
+        expect({ snapshot, now: agent.segments.size }, 'the premise: 100 segments came between the snapshot and the adoption').toEqual({ snapshot: 30, now: 130 })
+        await until(() => [...server.peers.values()].some((p) => p.id === agent.id && p.segments.size === 130),
+          'the server to see all 130 segments (100 of them registered after the handshake\'s snapshot)')
+        const there = [...server.peers.values()].find((p) => p.id === agent.id)!
+        expect([...there.segments.keys()].sort()).toEqual([...agent.segments.keys()].sort())
+        expect(there.state).toBe('connected')
+      } finally {
+        agent.close()
+      }
+    }, 60_000)
+  })
 }
 
 function popcount(byte: number): number {
