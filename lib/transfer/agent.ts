@@ -20,6 +20,7 @@ import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
 import { tableChanges } from './resync.js'
+import { deregisterWithdrawn } from './deregister.js'
 import type { Transport, TransportKind } from './transport.js'
 import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
@@ -155,14 +156,17 @@ export class TransferAgent extends EventEmitter {
    * Withdraws a segment: peers are told at once (their transfers naming it
    * fail with ERR_SEGMENT_WITHDRAWN; one already posted is refused by the
    * device), local transfers naming it are refused, and the memory is
-   * deregistered once no work request names it.
+   * deregistered once no work request names it. Resolves then; a timeout or
+   * abort (ETIMEDOUT, ABORT_ERR) ends the wait only: the memory is still
+   * deregistered (its rkey refused) once the work requests are done.
    */
   async unregister(segment: Segment | string, options: WaitOptions = {}): Promise<void> {
+    const wait = waitOptions(options)
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
     this.#broadcast({ t: 'del', v: this.#table.version, name: s.name })
     this.#registry?.publish()
-    await s.region.deregisterWhenIdle(waitOptions(options))
+    await deregisterWithdrawn(s, wait)
   }
 
   #broadcast(message: ControlMessage): void {
