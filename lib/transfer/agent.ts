@@ -327,7 +327,8 @@ export class TransferAgent extends EventEmitter {
     if (!address) {
       throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
     }
-    peer.relinking ??= this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
+    // One attempt for every caller, bounded by the handshake bound alone; each caller waits within its own bound.
+    peer.relinking ??= this.#transport.connect(address.host, address.port, this.#handshakeMs).then((link) => {
       peer.relinking = undefined
       this.#relinked(peer, link, address)
       return link
@@ -335,7 +336,7 @@ export class TransferAgent extends EventEmitter {
       peer.relinking = undefined
       throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
     })
-    return peer.relinking
+    return bounded(peer.relinking, 'reconnect', wait)
   }
 
   /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
@@ -351,7 +352,7 @@ export class TransferAgent extends EventEmitter {
   /** Looks the peer's name up again and dials the incarnation registered now; a name nobody has any more is ERR_PEER_GONE. */
   #relinkByName(peer: Peer, registry: EtcdRegistry, wait: WaitOptions): Promise<Link> {
     peer.relinking ??= (async () => {
-      const deadline = Date.now() + (wait.timeoutMs ?? this.#handshakeMs)
+      const deadline = Date.now() + this.#handshakeMs
       let record: PeerRecord
       try {
         record = await registry.lookup(peer.name, deadline - Date.now())
@@ -359,7 +360,7 @@ export class TransferAgent extends EventEmitter {
         if ((error as RdmaError).code !== 'ERR_PEER_UNKNOWN') throw error
         throw new RdmaError(`Peer '${peer.name}' is gone: no agent is registered under its name (its link failed: ${peer.link?.error?.code})`, { code: 'ERR_PEER_GONE', cause: error })
       }
-      const link = await this.#dial(record, { ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+      const link = await this.#dial(record, { timeoutMs: Math.max(1, deadline - Date.now()) })
       if (this.#closed) {
         link.close()
         throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
@@ -367,7 +368,7 @@ export class TransferAgent extends EventEmitter {
       this.#relinked(peer, link, peer.address)
       return link
     })().finally(() => { peer.relinking = undefined })
-    return peer.relinking
+    return bounded(peer.relinking, 'reconnect', wait)
   }
 
   // --- transfers -------------------------------------------------------------

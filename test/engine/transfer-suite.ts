@@ -403,6 +403,41 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
         agent.close()
       }
     }, 60_000)
+
+    it('concurrent reconnects each keep their own bound: aborting one transfer does not fail another reconnecting to the same peer', async () => {
+      const { server } = ctx
+      const agent = await TransferAgent.create({ host, port: 0, name: 'relink', transport })
+      const target = server.register('relink-target', { size: 8192, remote: 'write' })
+      try {
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const local = agent.register('relink-local', { size: 4096 })
+        await until(() => peer.segments.has('relink-target') && [...server.peers.values()].some((p) => p.id === agent.id), 'both sides to see each other')
+        // The server drops the link: the client's next transfers reconnect (it knows the address).
+        server.closePeer([...server.peers.values()].find((p) => p.id === agent.id)!)
+        await until(() => peer.state === 'broken', 'the client to see its link fail')
+        const data = fill(local, 41)
+        const controller = new AbortController()
+        const aborted = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 0], length: 4096 }], { signal: controller.signal, timeoutMs: 20_000 }).catch((e) => e)
+        const other = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 4096], length: 4096 }], { timeoutMs: 20_000 }).catch((e) => e)
+        controller.abort()
+        expect(await within(aborted, 25_000, 'the aborted write')).toMatchObject({ code: 'ABORT_ERR' })
+        const result = await within(other, 25_000, 'the other write')
+        expect(result, `the other write: ${(result as Error).message}`).toMatchObject({ bytes: 4096 })
+        expect(Buffer.compare(target.bytes.subarray(4096), data)).toBe(0)
+        expect(peer.state).toBe('connected')
+        // A caller with a bound shorter than the reconnect fails alone too (ETIMEDOUT), the other one's write lands.
+        await until(() => [...server.peers.values()].some((p) => p.id === agent.id && p.state === 'connected'), 'the server to see the new link')
+        server.closePeer([...server.peers.values()].find((p) => p.id === agent.id)!)
+        await until(() => peer.state === 'broken', 'the client to see its link fail again')
+        const hasty = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 0], length: 4096 }], { timeoutMs: 1 }).catch((e) => e)
+        const patient = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 4096], length: 4096 }], { timeoutMs: 20_000 }).catch((e) => e)
+        const outcomes = await within(Promise.all([hasty, patient]), 25_000, 'the two writes')
+        expect(outcomes[1], `the patient write: ${(outcomes[1] as Error).message}`).toMatchObject({ bytes: 4096 })
+      } finally {
+        agent.close()
+        await server.unregister(target)
+      }
+    }, 60_000)
   })
 }
 
