@@ -14,7 +14,7 @@ import { decodeNotification, encodeNotification, NotificationFeed } from './noti
 import type { Link } from './link.js'
 import { agentSettings, chooseTransport, progressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
-import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
+import { checkBlocks, isCurrent, recheck, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
 import type { TransferResult } from './run.js'
 import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
@@ -407,12 +407,12 @@ export class TransferAgent extends EventEmitter {
       const progress = progressOptions(o, this.#stallMs)
       const notify = options.notify === undefined ? undefined : encodeNotification(options.notify)
       const current = await this.#linkOf(peer, wait)
-      if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
-        checked = checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length)
+      // A new link (the peer's table, its rkeys, are new), or a segment withdrawn since (perhaps registered again under its name): checked anew.
+      if (current !== checkedOn || !isCurrent(checked, used)) {
+        checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length))
         used = segmentsUsed(checked)
         checkedOn = current
       }
-      assertCurrent(checked, used)
       return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error))
     })
   }

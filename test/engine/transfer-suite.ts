@@ -262,6 +262,31 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       expect(peer.state).toBe('connected')
     })
 
+    it('a prepared plan runs again after the peer re-registers a segment under the same name: it rechecks against the new table', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[2]!
+      const local = agent.register('re-local', { size: 4096 })
+      const first = server.register('re-seg', { size: 4096, remote: 'read-write' })
+      await until(() => peer.segments.has('re-seg'), 'the client to see re-seg')
+      const plan = agent.prepare(peer, 'write', [{ local: [local, 0], remote: ['re-seg', 0], length: 4096 }])
+      await plan.run({ timeoutMs: 10_000 })
+      await server.unregister(first)
+      // Back under the same name, twice as long (so that this side sees the new entry, not the old one).
+      const second = server.register('re-seg', { size: 8192, remote: 'read-write' })
+      await until(() => peer.segments.get('re-seg')?.length === 8192, 'the client to see the new re-seg')
+      const data = fill(local, 31)
+      second.bytes.fill(0)
+      await plan.run({ timeoutMs: 10_000 })
+      expect(Buffer.compare(second.bytes.subarray(0, 4096), data), 'the plan wrote into the new segment').toBe(0)
+      // Back too short for the plan: it fails as a fresh check would, before anything is posted.
+      await server.unregister(second)
+      const short = server.register('re-seg', { size: 2048, remote: 'read-write' })
+      await until(() => peer.segments.get('re-seg')?.length === 2048, 'the client to see the short re-seg')
+      await expect(plan.run({ timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'ERR_BLOCK_RANGE' })
+      expect(peer.state).toBe('connected')
+      await Promise.all([server.unregister(short), agent.unregister(local)])
+    })
+
     it('an aborted or timed-out transfer settles with a coded TransferError saying how many bytes landed', async () => {
       const { server, clients } = ctx
       const { agent, peer } = clients[3]!
