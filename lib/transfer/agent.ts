@@ -21,6 +21,7 @@ import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
 import { tableChanges } from './resync.js'
 import { deregisterWithdrawn } from './deregister.js'
+import { Releases } from './releases.js'
 import type { Transport, TransportKind } from './transport.js'
 import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
@@ -60,6 +61,7 @@ export class TransferAgent extends EventEmitter {
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
+  readonly #releases = new Releases()
   #registry: EtcdRegistry | undefined
   #closed = false
 
@@ -164,9 +166,12 @@ export class TransferAgent extends EventEmitter {
     const wait = waitOptions(options)
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
-    this.#broadcast({ t: 'del', v: this.#table.version, name: s.name })
+    const v = this.#table.version
+    this.#broadcast({ t: 'del', v, name: s.name })
     this.#registry?.publish()
-    await deregisterWithdrawn(s, wait)
+    // Peers that may have batches naming it in flight answer 'released' once those settled (within the stall bound).
+    const links = [...this.#peers.values()].flatMap((p) => (p.link ? [p.link] : []))
+    await deregisterWithdrawn(s, wait, s.rights === 'none' ? Promise.resolve() : this.#releases.wait(links, s.name, v, this.#stallMs))
   }
 
   #broadcast(message: ControlMessage): void {
@@ -297,13 +302,17 @@ export class TransferAgent extends EventEmitter {
         for (const item of message.list) this.#onMessage(peer, link, item)
         return
       case 'add': return link.remote.add(message.seg, message.v)
-      case 'del': return link.remote.remove(message.name, message.v)
+      case 'del': // answered once this side's batches posted before it settled: the peer deregisters then
+        link.remote.remove(message.name, message.v)
+        return void link.drained().then(() => link.broadcast({ t: 'released', v: message.v, name: message.name }))
+      case 'released': return this.#releases.released(link, message.name, message.v)
       default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
     }
   }
 
   #linkFailed(peer: Peer, link: Link, error: Error): void {
     if (link.error) return
+    this.#releases.linkGone(link)
     const coded = error instanceof RdmaError ? error : new RdmaError(error.message, { code: 'ECONNRESET', cause: error })
     // Each run fails once closing the QPs has delivered the completions already in the CQ (they count as landed).
     for (const run of link.runs) run.linkFailed(coded, 'the link to the peer failed')

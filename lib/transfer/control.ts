@@ -49,13 +49,15 @@ export interface HelloMessage { t: 'hello' | 'welcome'; p: number; agent: string
 /** Segments added (the first table goes in chunks; `end` marks its last one). */
 export interface AddMessage { t: 'add'; v: number; seg: SegmentEntry[]; end: boolean }
 export interface WithdrawMessage { t: 'del'; v: number; name: string }
+/** The answer to a 'del': this side's batches posted before it have settled (the memory may go). */
+export interface ReleasedMessage { t: 'released'; v: number; name: string }
 /** A notification: a string (s), or bytes in base64 (b; u: 1 when they are a string's UTF-8). */
 export interface NotifyMessage { t: 'n'; s?: string; b?: string; u?: 1 }
 /** Several messages sent together, handled in order. */
 export interface ListMessage { t: 'm'; list: ControlMessage[] }
 /** The TCP link's hello (tcp/link.ts): lanes instead of QP endpoints; `want` asks for one incarnation. */
 export interface TcpHelloMessage { t: 'hello' | 'welcome'; p: number; tcp: 1; agent: string; name: string; lanes: number; want?: string }
-export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | NotifyMessage | ListMessage
+export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | ReleasedMessage | NotifyMessage | ListMessage
 
 /**
  * What the link needs of its control connection: in-order JSON messages both

@@ -12,6 +12,7 @@ import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { QpPoster, type Lane } from './poster.js'
 import { QpLane } from './qp-lane.js'
+import { BatchTracker } from './drain.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
 import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlChannel, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
@@ -44,11 +45,15 @@ export class Link {
   #sending = 0
   #closed = false
   #onFailure: ((error: Error) => void) | undefined
+  readonly #batches = new BatchTracker()
 
   constructor(readonly conn: ControlChannel, readonly inbox: ControlInbox, readonly lanes: readonly Lane[], readonly remote: RemoteTable,
     readonly peerAgent: string, readonly peerName: string, batchWrs: number, readonly closeData: () => void = () => undefined) {
-    this.posters = lanes.map((lane, i) => new QpPoster(lane, i, batchWrs))
+    this.posters = lanes.map((lane, i) => new QpPoster(this.#batches.wrap(lane), i, batchWrs))
   }
+
+  /** Resolves once every batch posted on this link before now has settled (a peer's withdrawal waits for it). */
+  drained(): Promise<void> { return this.#batches.drained() }
 
   get healthy(): boolean { return this.error === undefined && !this.#closed }
 

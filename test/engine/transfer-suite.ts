@@ -394,6 +394,45 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
         agent.close()
       }
     })
+
+    it('a withdrawal racing posted batches fails only the transfer naming the segment: the device is done with its batches before the memory goes, the link and its other transfers carry on', async () => {
+      const { server } = ctx
+      const agent = await TransferAgent.create({ host, port: 0, name: 'race', qpsPerPeer: 1, transport })
+      try {
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const count = 8192
+        const src = agent.register('race-src', { size: count * KiB })
+        const going = server.register('race-going', { size: count * KiB, remote: 'write' })
+        const staying = server.register('race-staying', { size: count * KiB, remote: 'write' })
+        await until(() => peer.segments.has('race-going') && peer.segments.has('race-staying'), 'the client to see both')
+        const data = fill(src, 51)
+        const link = (peer as unknown as { link: unknown }).link
+        // 1 KiB blocks that do not coalesce: 512 batches each, on one QP, taking turns.
+        const shuffled = (remote: string) => ({ local: src, remote, blockSize: KiB,
+          localOffsets: Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB), remoteOffsets: Float64Array.from({ length: count }, (_, i) => i * KiB) })
+        let unregistered: Promise<void> | undefined
+        // Withdrawn as soon as the first batch of the transfer naming it completed: more of its batches are in flight.
+        const onProgress = () => { unregistered ??= server.unregister(going, { timeoutMs: 30_000 }) }
+        const racing = agent.write(peer, shuffled('race-going'), { timeoutMs: 60_000, onProgress }).then(() => 'done', (e: unknown) => e)
+        const other = agent.write(peer, shuffled('race-staying'), { timeoutMs: 60_000 }).catch((e: unknown) => e)
+        const [raced, result] = await within(Promise.all([racing, other]), 90_000, 'the two writes')
+        await within(unregistered!, 35_000, 'the unregister')
+        // The premise: the withdrawal reached the client mid-transfer (it was sent after the first of 512 batches).
+        // Then the transfer fails as withdrawn at its next batch, with what landed; never refused by the device.
+        expect(raced, `the racing write: ${(raced as Error).message ?? raced}`).toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN' })
+        expect((raced as TransferError).bytesLanded).toBeLessThan(count * KiB)
+        expect(result, `the other write: ${(result as Error).message}`).toMatchObject({ bytes: count * KiB })
+        for (let i = 0; i < count; i += 257) {
+          expect(Buffer.compare(staying.bytes.subarray(i * KiB, (i + 1) * KiB), data.subarray((count - 1 - i) * KiB, (count - i) * KiB))).toBe(0)
+        }
+        expect(peer.state).toBe('connected')
+        expect((peer as unknown as { link: unknown }).link, 'the same link').toBe(link)
+        expect(agent.stats().peers[peer.id]!.reconnects).toBe(0)
+        await server.unregister(staying, { timeoutMs: 10_000 })
+      } finally {
+        agent.close()
+      }
+    }, 120_000)
   })
 
   describe(`tables and reconnects (${transport})`, () => {
