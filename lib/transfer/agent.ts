@@ -14,11 +14,14 @@ import { decodeNotification, encodeNotification, noticePayload, NotificationFeed
 import type { Link } from './link.js'
 import { agentSettings, chooseTransport, progressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
-import { assertCurrent, checkBlocks, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
+import { checkBlocks, isCurrent, recheck, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
 import type { TransferResult } from './run.js'
 import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import { tableChanges } from './resync.js'
+import { deregisterWithdrawn } from './deregister.js'
+import { Releases } from './releases.js'
 import type { Transport, TransportKind } from './transport.js'
 import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
@@ -58,6 +61,7 @@ export class TransferAgent extends EventEmitter {
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
+  readonly #releases = new Releases()
   #registry: EtcdRegistry | undefined
   #closed = false
 
@@ -154,14 +158,20 @@ export class TransferAgent extends EventEmitter {
    * Withdraws a segment: peers are told at once (their transfers naming it
    * fail with ERR_SEGMENT_WITHDRAWN; one already posted is refused by the
    * device), local transfers naming it are refused, and the memory is
-   * deregistered once no work request names it.
+   * deregistered once no work request names it. Resolves then; a timeout or
+   * abort (ETIMEDOUT, ABORT_ERR) ends the wait only: the memory is still
+   * deregistered (its rkey refused) once the work requests are done.
    */
   async unregister(segment: Segment | string, options: WaitOptions = {}): Promise<void> {
+    const wait = waitOptions(options)
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
-    this.#broadcast({ t: 'del', v: this.#table.version, name: s.name })
+    const v = this.#table.version
+    this.#broadcast({ t: 'del', v, name: s.name })
     this.#registry?.publish()
-    await s.region.deregisterWhenIdle(waitOptions(options))
+    // Peers that may have batches naming it in flight answer 'released' once those settled (within the stall bound).
+    const links = [...this.#peers.values()].flatMap((p) => (p.link ? [p.link] : []))
+    await deregisterWithdrawn(s, wait, s.rights === 'none' ? Promise.resolve() : this.#releases.wait(links, s.name, v, this.#stallMs))
   }
 
   #broadcast(message: ControlMessage): void {
@@ -273,13 +283,10 @@ export class TransferAgent extends EventEmitter {
     return peer
   }
 
-  /** Sends what changed in the local table since the handshake's snapshot. */
+  /** Sends what changed in the local table since the handshake's snapshot (a send that fails fails the link). */
   #resync(link: Link): void {
     if (link.sentTable.version === this.#table.version) return
-    for (const [name] of link.sentTable.entries) {
-      if (!this.#table.byName.has(name)) link.broadcast({ t: 'del', v: this.#table.version, name })
-    }
-    link.broadcast({ t: 'add', v: this.#table.version, seg: this.#table.entries(), end: true })
+    for (const message of tableChanges(link.sentTable.entries, this.#table.entries(), this.#table.version)) link.broadcast(message)
   }
 
   #onMessage(peer: Peer, link: Link, message: ControlMessage): void {
@@ -289,7 +296,10 @@ export class TransferAgent extends EventEmitter {
         for (const item of message.list) this.#onMessage(peer, link, item)
         return
       case 'add': return link.remote.add(message.seg, message.v)
-      case 'del': return link.remote.remove(message.name, message.v)
+      case 'del': // answered once this side's batches posted before it settled: the peer deregisters then
+        link.remote.remove(message.name, message.v)
+        return void link.drained().then(() => link.broadcast({ t: 'released', v: message.v, name: message.name }))
+      case 'released': return this.#releases.released(link, message.name, message.v)
       default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
     }
   }
@@ -304,6 +314,7 @@ export class TransferAgent extends EventEmitter {
 
   #linkFailed(peer: Peer, link: Link, error: Error): void {
     if (link.error) return
+    this.#releases.linkGone(link)
     const coded = error instanceof RdmaError ? error : new RdmaError(error.message, { code: 'ECONNRESET', cause: error })
     // Each run fails once closing the QPs has delivered the completions already in the CQ (they count as landed).
     for (const run of link.runs) run.linkFailed(coded, 'the link to the peer failed')
@@ -327,7 +338,8 @@ export class TransferAgent extends EventEmitter {
     if (!address) {
       throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
     }
-    peer.relinking ??= this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal).then((link) => {
+    // One attempt for every caller, bounded by the handshake bound alone; each caller waits within its own bound.
+    peer.relinking ??= this.#transport.connect(address.host, address.port, this.#handshakeMs).then((link) => {
       peer.relinking = undefined
       this.#relinked(peer, link, address)
       return link
@@ -335,7 +347,7 @@ export class TransferAgent extends EventEmitter {
       peer.relinking = undefined
       throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
     })
-    return peer.relinking
+    return bounded(peer.relinking, 'reconnect', wait)
   }
 
   /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
@@ -351,7 +363,7 @@ export class TransferAgent extends EventEmitter {
   /** Looks the peer's name up again and dials the incarnation registered now; a name nobody has any more is ERR_PEER_GONE. */
   #relinkByName(peer: Peer, registry: EtcdRegistry, wait: WaitOptions): Promise<Link> {
     peer.relinking ??= (async () => {
-      const deadline = Date.now() + (wait.timeoutMs ?? this.#handshakeMs)
+      const deadline = Date.now() + this.#handshakeMs
       let record: PeerRecord
       try {
         record = await registry.lookup(peer.name, deadline - Date.now())
@@ -359,7 +371,7 @@ export class TransferAgent extends EventEmitter {
         if ((error as RdmaError).code !== 'ERR_PEER_UNKNOWN') throw error
         throw new RdmaError(`Peer '${peer.name}' is gone: no agent is registered under its name (its link failed: ${peer.link?.error?.code})`, { code: 'ERR_PEER_GONE', cause: error })
       }
-      const link = await this.#dial(record, { ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
+      const link = await this.#dial(record, { timeoutMs: Math.max(1, deadline - Date.now()) })
       if (this.#closed) {
         link.close()
         throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
@@ -367,7 +379,7 @@ export class TransferAgent extends EventEmitter {
       this.#relinked(peer, link, peer.address)
       return link
     })().finally(() => { peer.relinking = undefined })
-    return peer.relinking
+    return bounded(peer.relinking, 'reconnect', wait)
   }
 
   // --- transfers -------------------------------------------------------------
@@ -407,12 +419,12 @@ export class TransferAgent extends EventEmitter {
       const progress = progressOptions(o, this.#stallMs)
       const notify = options.notify === undefined ? undefined : noticePayload(options.notify)
       const current = await this.#linkOf(peer, wait)
-      if (current !== checkedOn) { // a new link: the peer's table (rkeys) is new
-        checked = checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length)
+      // A new link (the peer's table, its rkeys, are new), or a segment withdrawn since (perhaps registered again under its name): checked anew.
+      if (current !== checkedOn || !isCurrent(checked, used)) {
+        checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length))
         used = segmentsUsed(checked)
         checkedOn = current
       }
-      assertCurrent(checked, used)
       return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error))
     })
   }

@@ -35,8 +35,12 @@ export function staleError(host: string, port: number, wanted: string, found: st
     { code: 'ERR_STALE_PEER', cause })
 }
 
-/** Segment entries per table message (each message must stay under 4 KiB of JSON). */
-export const TABLE_CHUNK = 16
+/**
+ * Bytes of JSON of the entries in one table message: a control message holds
+ * 4096, the envelope ({"t":"add","v":..,"seg":[..],"end":..}) takes the rest.
+ * One entry takes at most ~850 (a name of 128 characters that JSON escapes).
+ */
+const TABLE_BYTES = 3500
 /** Largest notification payload. */
 export const MAX_NOTIFICATION_BYTES = 1024
 /** Receives kept posted on the control QP. */
@@ -46,13 +50,15 @@ export interface HelloMessage { t: 'hello' | 'welcome'; p: number; agent: string
 /** Segments added (the first table goes in chunks; `end` marks its last one). */
 export interface AddMessage { t: 'add'; v: number; seg: SegmentEntry[]; end: boolean }
 export interface WithdrawMessage { t: 'del'; v: number; name: string }
+/** The answer to a 'del': this side's batches posted before it have settled (the memory may go). */
+export interface ReleasedMessage { t: 'released'; v: number; name: string }
 /** A notification: a string (s), or bytes in base64 (b; u: 1 when they are a string's UTF-8). */
 export interface NotifyMessage { t: 'n'; s?: string; b?: string; u?: 1 }
 /** Several messages sent together, handled in order. */
 export interface ListMessage { t: 'm'; list: ControlMessage[] }
 /** The TCP link's hello (tcp/link.ts): lanes instead of QP endpoints; `want` asks for one incarnation. */
 export interface TcpHelloMessage { t: 'hello' | 'welcome'; p: number; tcp: 1; agent: string; name: string; lanes: number; want?: string }
-export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | NotifyMessage | ListMessage
+export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | ReleasedMessage | NotifyMessage | ListMessage
 
 /**
  * What the link needs of its control connection: in-order JSON messages both
@@ -178,11 +184,33 @@ export class ControlInbox {
   }
 }
 
-/** Sends the whole table in chunks; the last one has end: true. */
-export async function sendTable(conn: ControlChannel, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
-  for (let at = 0; at === 0 || at < entries.length; at += TABLE_CHUNK) {
-    await conn.sendJson({ t: 'add', v: version, seg: entries.slice(at, at + TABLE_CHUNK), end: at + TABLE_CHUNK >= entries.length } satisfies AddMessage, { timeoutMs })
+/**
+ * Table entries as 'add' messages that each fit one control message (packed
+ * in order by the bytes of their JSON; the last has end: true; no entries:
+ * one empty message). The handshake sends the whole table so, and the
+ * changes after it (agent resync) too.
+ */
+export function tableMessages(entries: readonly SegmentEntry[], version: number): AddMessage[] {
+  const messages: AddMessage[] = []
+  let seg: SegmentEntry[] = []
+  let bytes = 0
+  for (const entry of entries) {
+    const size = Buffer.byteLength(JSON.stringify(entry)) + 1
+    if (seg.length > 0 && bytes + size > TABLE_BYTES) {
+      messages.push({ t: 'add', v: version, seg, end: false })
+      seg = []
+      bytes = 0
+    }
+    seg.push(entry)
+    bytes += size
   }
+  messages.push({ t: 'add', v: version, seg, end: true })
+  return messages
+}
+
+/** Sends the whole table in chunks (tableMessages); the last one has end: true. */
+export async function sendTable(conn: ControlChannel, entries: SegmentEntry[], version: number, timeoutMs: number): Promise<void> {
+  for (const message of tableMessages(entries, version)) await conn.sendJson(message, { timeoutMs })
 }
 
 /** Receives a table sent by sendTable. */

@@ -45,11 +45,15 @@ export class Link {
   readonly #outbox: Outgoing[] = []
   #sending = 0
   #closed = false
+  #onFailure: ((error: Error) => void) | undefined
 
   constructor(readonly conn: ControlChannel, readonly inbox: ControlInbox, readonly lanes: readonly Lane[], readonly remote: RemoteTable,
     readonly peerAgent: string, readonly peerName: string, batchWrs: number, readonly closeData: () => void = () => undefined) {
     this.posters = lanes.map((lane, i) => new QpPoster(lane, i, batchWrs))
   }
+
+  /** Resolves once every batch posted on this link before now has settled (a peer's withdrawal waits for it). */
+  drained(): Promise<void> { return Promise.all(this.posters.map((poster) => poster.drained())).then(() => undefined) }
 
   get healthy(): boolean { return this.error === undefined && !this.#closed }
 
@@ -98,16 +102,29 @@ export class Link {
     }
   }
 
-  /** Sends a table change; a failure shows up as the link failing. */
+  /**
+   * Sends a table change. One that cannot be sent would leave the peer with a
+   * stale table on a link that looks healthy: the link fails instead
+   * (ERR_CONTROL_SEND, through listen()'s onFailure once listening), and the
+   * next transfer either way reconnects and trades the tables anew.
+   */
   broadcast(message: ControlMessage): void {
-    if (this.healthy) this.conn.sendJson(message).catch(() => undefined)
+    if (!this.healthy) return
+    this.conn.sendJson(message).catch((error: unknown) => {
+      if (!this.healthy) return
+      const failure = new RdmaError(`A segment-table change could not be sent to the peer (${(error as Error)?.message}); the link is failed, so that the next transfer reconnects with the tables anew`,
+        { code: 'ERR_CONTROL_SEND', cause: error })
+      if (this.#onFailure) this.#onFailure(failure)
+      else this.fail(failure)
+    })
   }
 
   /**
    * Starts taking control messages after the handshake, and (RDMA) the
    * notifications that ride on the data QPs; TCP's come as 'n' messages.
    */
-  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void, _onNotice: (message: string | Buffer) => void): void {
+  listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void, _onNotice?: (message: string | Buffer) => void): void {
+    this.#onFailure = onFailure
     this.conn.on('disconnected', () => onFailure(new RdmaError('The peer disconnected (its process or link is gone)', { code: 'ECONNRESET' })))
     this.inbox.listen(onMessage, onFailure)
   }

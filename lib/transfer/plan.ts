@@ -137,6 +137,27 @@ export function assertCurrent(plan: CheckedPlan, used: { locals: Set<number>; re
   }
 }
 
+/** Whether every segment the plan's slices name is still registered (on both sides). */
+export function isCurrent(plan: CheckedPlan, used: { locals: Set<number>; remotes: Set<number> }): boolean {
+  for (const i of used.locals) if (plan.locals[i]!.withdrawn) return false
+  for (const i of used.remotes) if (plan.remotes[i]!.withdrawn) return false
+  return true
+}
+
+/**
+ * A plan checked anew by `check` (a new link, or a segment of `stale` was
+ * withdrawn); on the same link, a segment withdrawn and not registered again
+ * is ERR_SEGMENT_WITHDRAWN (as assertCurrent says), not ERR_SEGMENT_UNKNOWN.
+ */
+export function recheck(stale: CheckedPlan, used: { locals: Set<number>; remotes: Set<number> }, sameLink: boolean, check: () => CheckedPlan): CheckedPlan {
+  try {
+    return check()
+  } catch (error) {
+    if ((error as RdmaError).code === 'ERR_SEGMENT_UNKNOWN' && sameLink) assertCurrent(stale, used)
+    throw error
+  }
+}
+
 /** The distinct segment indexes a plan's slices use. */
 export function segmentsUsed(plan: CheckedPlan): { locals: Set<number>; remotes: Set<number> } {
   const locals = new Set<number>()

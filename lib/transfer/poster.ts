@@ -59,6 +59,10 @@ export interface PostSource {
 export class QpPoster {
   readonly #queue: PostSource[] = []
   #inflight = 0
+  /** Batches posted, and settled: a lane settles its batches in posting order (one RC send queue; one TCP stream). */
+  #posted = 0
+  #settled = 0
+  #drains: Array<{ upTo: number; resolve: () => void }> = []
   readonly #depth: number
   readonly #batch: number
 
@@ -98,16 +102,34 @@ export class QpPoster {
       const { slots } = batch
       if (slots === 0) continue
       this.#inflight += slots
+      this.#posted++
       batch.done.then(() => {
         this.#inflight -= slots
+        this.#batchSettled()
         source.batchDone(batch)
         this.pump()
       }, (error: Error) => {
         this.#inflight -= slots
+        this.#batchSettled()
         source.batchFailed(error, this.#linkBroken(), true)
         this.pump()
       })
     }
+  }
+
+  /**
+   * Resolves once every batch posted before now has settled (completed,
+   * failed, or flushed with the link): after a peer's withdrawal, the device
+   * is then done with every work request that could name the segment.
+   */
+  drained(): Promise<void> {
+    if (this.#settled >= this.#posted) return Promise.resolve()
+    return new Promise((resolve) => this.#drains.push({ upTo: this.#posted, resolve }))
+  }
+
+  #batchSettled(): void {
+    this.#settled++
+    while (this.#drains.length > 0 && this.#drains[0]!.upTo <= this.#settled) this.#drains.shift()!.resolve()
   }
 
   /** Whether the lane is closed or in the error state (else a failed batch was refused alone). */

@@ -262,6 +262,31 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       expect(peer.state).toBe('connected')
     })
 
+    it('a prepared plan runs again after the peer re-registers a segment under the same name: it rechecks against the new table', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[2]!
+      const local = agent.register('re-local', { size: 4096 })
+      const first = server.register('re-seg', { size: 4096, remote: 'read-write' })
+      await until(() => peer.segments.has('re-seg'), 'the client to see re-seg')
+      const plan = agent.prepare(peer, 'write', [{ local: [local, 0], remote: ['re-seg', 0], length: 4096 }])
+      await plan.run({ timeoutMs: 10_000 })
+      await server.unregister(first)
+      // Back under the same name, twice as long (so that this side sees the new entry, not the old one).
+      const second = server.register('re-seg', { size: 8192, remote: 'read-write' })
+      await until(() => peer.segments.get('re-seg')?.length === 8192, 'the client to see the new re-seg')
+      const data = fill(local, 31)
+      second.bytes.fill(0)
+      await plan.run({ timeoutMs: 10_000 })
+      expect(Buffer.compare(second.bytes.subarray(0, 4096), data), 'the plan wrote into the new segment').toBe(0)
+      // Back too short for the plan: it fails as a fresh check would, before anything is posted.
+      await server.unregister(second)
+      const short = server.register('re-seg', { size: 2048, remote: 'read-write' })
+      await until(() => peer.segments.get('re-seg')?.length === 2048, 'the client to see the short re-seg')
+      await expect(plan.run({ timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'ERR_BLOCK_RANGE' })
+      expect(peer.state).toBe('connected')
+      await Promise.all([server.unregister(short), agent.unregister(local)])
+    })
+
     it('an aborted or timed-out transfer settles with a coded TransferError saying how many bytes landed', async () => {
       const { server, clients } = ctx
       const { agent, peer } = clients[3]!
@@ -369,6 +394,114 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
         agent.close()
       }
     })
+
+    it('a withdrawal racing posted batches fails only the transfer naming the segment: the device is done with its batches before the memory goes, the link and its other transfers carry on', async () => {
+      const { server } = ctx
+      const agent = await TransferAgent.create({ host, port: 0, name: 'race', qpsPerPeer: 1, transport })
+      try {
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const count = 8192
+        const src = agent.register('race-src', { size: count * KiB })
+        const going = server.register('race-going', { size: count * KiB, remote: 'write' })
+        const staying = server.register('race-staying', { size: count * KiB, remote: 'write' })
+        await until(() => peer.segments.has('race-going') && peer.segments.has('race-staying'), 'the client to see both')
+        const data = fill(src, 51)
+        const link = (peer as unknown as { link: unknown }).link
+        // 1 KiB blocks that do not coalesce: 512 batches each, on one QP, taking turns.
+        const shuffled = (remote: string) => ({ local: src, remote, blockSize: KiB,
+          localOffsets: Float64Array.from({ length: count }, (_, i) => (count - 1 - i) * KiB), remoteOffsets: Float64Array.from({ length: count }, (_, i) => i * KiB) })
+        let unregistered: Promise<void> | undefined
+        // Withdrawn as soon as the first batch of the transfer naming it completed: more of its batches are in flight.
+        const onProgress = () => { unregistered ??= server.unregister(going, { timeoutMs: 30_000 }) }
+        const racing = agent.write(peer, shuffled('race-going'), { timeoutMs: 60_000, onProgress }).then(() => 'done', (e: unknown) => e)
+        const other = agent.write(peer, shuffled('race-staying'), { timeoutMs: 60_000 }).catch((e: unknown) => e)
+        const [raced, result] = await within(Promise.all([racing, other]), 90_000, 'the two writes')
+        await within(unregistered!, 35_000, 'the unregister')
+        // The premise: the withdrawal reached the client mid-transfer (it was sent after the first of 512 batches).
+        // Then the transfer fails as withdrawn at its next batch, with what landed; never refused by the device.
+        expect(raced, `the racing write: ${(raced as Error).message ?? raced}`).toMatchObject({ code: 'ERR_SEGMENT_WITHDRAWN' })
+        expect((raced as TransferError).bytesLanded).toBeLessThan(count * KiB)
+        expect(result, `the other write: ${(result as Error).message}`).toMatchObject({ bytes: count * KiB })
+        for (let i = 0; i < count; i += 257) {
+          expect(Buffer.compare(staying.bytes.subarray(i * KiB, (i + 1) * KiB), data.subarray((count - 1 - i) * KiB, (count - i) * KiB))).toBe(0)
+        }
+        expect(peer.state).toBe('connected')
+        expect((peer as unknown as { link: unknown }).link, 'the same link').toBe(link)
+        expect(agent.stats().peers[peer.id]!.reconnects).toBe(0)
+        await server.unregister(staying, { timeoutMs: 10_000 })
+      } finally {
+        agent.close()
+      }
+    }, 120_000)
+  })
+
+  describe(`tables and reconnects (${transport})`, () => {
+    it('segments registered while a peer connects reach it, however many and however long their names (the resync after the handshake goes in chunks)', async () => {
+      const { server } = ctx
+      const long = (i: number) => `resync-${String(i).padStart(4, '0')}-${'x'.repeat(100)}`
+      const agent = await TransferAgent.create({ host, port: 0, name: 'resync', transport })
+      try {
+        // 30 before the connect: the handshake's table, in chunks. Then, as the handshake takes its snapshot of
+        // the table (it describes each segment), 100 more right after it: those reach the server only through
+        // the resync that follows the handshake.
+        for (let i = 0; i < 30; i++) agent.register(long(i), { size: 4096 })
+        const region = agent.segments.get(long(0))!.region as unknown as { describe(): unknown }
+        const describe = region.describe.bind(region)
+        let armed = true
+        region.describe = () => {
+          if (armed) {
+            armed = false
+            queueMicrotask(() => { for (let i = 30; i < 130; i++) agent.register(long(i), { size: 4096 }) })
+          }
+          return describe()
+        }
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const snapshot = (peer as unknown as { link: { sentTable: { entries: unknown[] } } }).link.sentTable.entries.length
+        expect({ snapshot, now: agent.segments.size }, 'the premise: 100 segments came between the snapshot and the adoption').toEqual({ snapshot: 30, now: 130 })
+        await until(() => [...server.peers.values()].some((p) => p.id === agent.id && p.segments.size === 130),
+          'the server to see all 130 segments (100 of them registered after the handshake\'s snapshot)')
+        const there = [...server.peers.values()].find((p) => p.id === agent.id)!
+        expect([...there.segments.keys()].sort()).toEqual([...agent.segments.keys()].sort())
+        expect(there.state).toBe('connected')
+      } finally {
+        agent.close()
+      }
+    }, 60_000)
+
+    it('concurrent reconnects each keep their own bound: aborting one transfer does not fail another reconnecting to the same peer', async () => {
+      const { server } = ctx
+      const agent = await TransferAgent.create({ host, port: 0, name: 'relink', transport })
+      const target = server.register('relink-target', { size: 8192, remote: 'write' })
+      try {
+        const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+        const local = agent.register('relink-local', { size: 4096 })
+        await until(() => peer.segments.has('relink-target') && [...server.peers.values()].some((p) => p.id === agent.id), 'both sides to see each other')
+        // The server drops the link: the client's next transfers reconnect (it knows the address).
+        server.closePeer([...server.peers.values()].find((p) => p.id === agent.id)!)
+        await until(() => peer.state === 'broken', 'the client to see its link fail')
+        const data = fill(local, 41)
+        const controller = new AbortController()
+        const aborted = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 0], length: 4096 }], { signal: controller.signal, timeoutMs: 20_000 }).catch((e) => e)
+        const other = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 4096], length: 4096 }], { timeoutMs: 20_000 }).catch((e) => e)
+        controller.abort()
+        expect(await within(aborted, 25_000, 'the aborted write')).toMatchObject({ code: 'ABORT_ERR' })
+        const result = await within(other, 25_000, 'the other write')
+        expect(result, `the other write: ${(result as Error).message}`).toMatchObject({ bytes: 4096 })
+        expect(Buffer.compare(target.bytes.subarray(4096), data)).toBe(0)
+        expect(peer.state).toBe('connected')
+        // A caller with a bound shorter than the reconnect fails alone too (ETIMEDOUT), the other one's write lands.
+        await until(() => [...server.peers.values()].some((p) => p.id === agent.id && p.state === 'connected'), 'the server to see the new link')
+        server.closePeer([...server.peers.values()].find((p) => p.id === agent.id)!)
+        await until(() => peer.state === 'broken', 'the client to see its link fail again')
+        const hasty = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 0], length: 4096 }], { timeoutMs: 1 }).catch((e) => e)
+        const patient = agent.write(peer, [{ local: [local, 0], remote: ['relink-target', 4096], length: 4096 }], { timeoutMs: 20_000 }).catch((e) => e)
+        const outcomes = await within(Promise.all([hasty, patient]), 25_000, 'the two writes')
+        expect(outcomes[1], `the patient write: ${(outcomes[1] as Error).message}`).toMatchObject({ bytes: 4096 })
+      } finally {
+        agent.close()
+        await server.unregister(target)
+      }
+    }, 60_000)
   })
 }
 

@@ -4,7 +4,7 @@
 // 'rdma' (test/unit/93 runs it with 'tcp'); what is RDMA's own follows:
 // the QPs asked for, the device refusing a forged block, the ACK timeout.
 import { describe, expect, it } from 'vitest'
-import { TransferAgent, TransferError } from '../../dist/index.js'
+import { Access, TransferAgent, TransferError, type MemoryRegion } from '../../dist/index.js'
 import { engineAgents, engineTests } from '../engine/transfer-suite.js'
 import { until, within, type EngineEnv } from '../engine/util.js'
 
@@ -49,6 +49,50 @@ describe('RDMA: QPs, the device\'s enforcement, the ACK timeout', () => {
     expect(peer.segments.get('f-ro')?.rights).toBe('read')
     expect(agent.stats().peers[peer.id]!.reconnects).toBe(reconnectsBefore + 1)
     await Promise.all([server.unregister(ro), server.unregister(rw), agent.unregister(local)])
+  })
+
+  it('a timed-out unregister() still withdraws the memory: once no work request names it, the old rkey is refused by the device (REM_ACCESS_ERR), the bytes untouched', async () => {
+    const { server } = ctx
+    const agent = await TransferAgent.create({ host, port: 0, name: 'held-client', qpsPerPeer: 1 })
+    // Something of the server's own holds the segment's memory region: a receive naming it, on a QP nothing sends to.
+    const cq = server.device!.createCq({ entries: 4 })
+    const qp = server.pd!.createQp({ type: 'RC', sendCq: cq, maxSendWr: 1, maxRecvWr: 1 })
+    qp.modify('INIT', { pkeyIndex: 0, portNum: 1, accessFlags: Access.LocalWrite })
+    try {
+      const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
+      const mine = Buffer.alloc(8192, 7)
+      const held = server.register('held', { memory: mine, remote: 'read-write' })
+      const { addr, rkey } = held.region.describe()
+      await until(() => peer.segments.has('held'), 'the client to see held')
+      const pending = qp.recv((held.region as MemoryRegion).slice(0, 64)).catch((e: unknown) => e)
+      const timedOut = await server.unregister(held, { timeoutMs: 50 }).catch((e: unknown) => e)
+      expect(timedOut).toMatchObject({ code: 'ETIMEDOUT' })
+      await until(() => !peer.segments.has('held'), 'the withdrawal to reach the client')
+      // No longer in use: closing the QP gives the receive back (it is rejected as closed).
+      qp.close()
+      expect(await within(pending, 10_000, 'the receive of the closed QP')).toMatchObject({ code: expect.stringMatching(/^(ERR_CLOSED|WR_FLUSH_ERR)$/) })
+      await until(() => (held.region as MemoryRegion).inflight === 0, 'no work request to name the region')
+      const src = agent.register('held-src', { size: 8192 })
+      src.bytes.fill(9)
+      // Forge the client's table back to the withdrawn entry, with its old rkey: the device is asked to write and read there.
+      type Forge = { link: { remote: { add(entries: unknown[], version: number): void } } }
+      const forge = () => (peer as unknown as Forge).link.remote.add([['held', addr, rkey, 8192, 'read-write']], 1e9)
+      forge()
+      const written = await within(agent.write(peer, [{ local: [src, 0], remote: ['held', 0], length: 8192 }], { timeoutMs: 20_000 }).catch((e: unknown) => e), 25_000, 'the write with the old rkey')
+      expect(written, 'a WRITE with the withdrawn rkey').toMatchObject({ code: 'REM_ACCESS_ERR', bytesLanded: 0 })
+      expect([...mine].every((b) => b === 7), 'the withdrawn memory is untouched').toBe(true)
+      // The link broke on the refusal: the read reconnects (a fresh table without 'held'), then is forged again.
+      await within(agent.write(peer, [{ local: [src, 0], remote: ['nothing-here', 0], length: 1 }]).catch(() => undefined), 25_000, 'a reconnect')
+      await until(() => peer.state === 'connected', 'the client to reconnect')
+      forge()
+      const read = await within(agent.read(peer, [{ local: [src, 0], remote: ['held', 0], length: 8192 }], { timeoutMs: 20_000 }).catch((e: unknown) => e), 25_000, 'the read with the old rkey')
+      expect(read, 'a READ with the withdrawn rkey').toMatchObject({ code: 'REM_ACCESS_ERR', bytesLanded: 0 })
+      expect([...src.bytes].every((b) => b === 9), 'nothing of the withdrawn memory was read').toBe(true)
+    } finally {
+      qp.close()
+      cq.close()
+      agent.close()
+    }
   })
 
   it('ackTimeout sets the ACK timeout of the data QPs the agent makes (default 14); values that are not an exponent 0..31 are refused with a code', async () => {
