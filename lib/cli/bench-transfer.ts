@@ -49,7 +49,9 @@ export interface TransferCaseResult {
 
 export interface NotifyLatencyResult {
   kind: 'notify-latency'
+  /** Bytes per transfer, in `blocks` blocks. */
   size: number
+  blocks: number
   iters: number
   /** µs from write() until the peer's 'notification' handler runs (the data is in place then): median, p99. */
   notifiedTypical: number
@@ -219,22 +221,25 @@ export class TransferBench {
   }
 
   /**
-   * Latency of a 1-block write with a notification, one at a time: from the
-   * call until the peer's handler runs (and finds the data), and until the
-   * promise resolves. Initiator with 1 QP.
+   * Latency of a notified write of `size` bytes in `blocks` blocks, one at a
+   * time: from the call until the peer's handler runs (and finds the data),
+   * and until the promise resolves. Initiator with 1 QP.
    */
-  async notifyLatency(size: number, iters: number, warmup = Math.min(100, Math.ceil(iters / 10))): Promise<NotifyLatencyResult> {
+  async notifyLatency(size: number, iters: number, warmup = Math.min(100, Math.ceil(iters / 10)), blocks = 1): Promise<NotifyLatencyResult> {
     const { agent, peer, kv } = await this.#initiator(1)
-    const block = [{ local: [kv, 0] as const, remote: ['pool', 0] as const, length: size }]
+    // `blocks` blocks of size / blocks bytes, a gap between them (none coalesces); the last byte of the last one is checked.
+    const blockSize = Math.floor(size / blocks)
+    const block = Array.from({ length: blocks }, (_, i) => ({ local: [kv, 2 * i * blockSize] as const, remote: ['pool', 2 * i * blockSize] as const, length: blockSize }))
+    const lastByte = 2 * (blocks - 1) * blockSize + blockSize - 1
     const notified = new Float64Array(iters)
     const resolved = new Float64Array(iters)
     for (let i = 0; i < warmup + iters; i++) {
       const seq = (i % 255) + 1
-      kv.bytes[size - 1] = seq
+      kv.bytes[lastByte] = seq
       const arrived = new Promise<number>((resolve, reject) => {
         this.#notified = (message) => {
           if (message !== String(i)) return reject(new Error(`notification ${message}, expected ${i}`))
-          if (this.pool.bytes[size - 1] !== seq) return reject(new Error(`notification ${i} came before its data`))
+          if (this.pool.bytes[lastByte] !== seq) return reject(new Error(`notification ${i} came before its data`))
           resolve(performance.now())
         }
       })
@@ -251,7 +256,7 @@ export class TransferBench {
     notified.sort()
     resolved.sort()
     return {
-      kind: 'notify-latency', size, iters,
+      kind: 'notify-latency', size, blocks, iters,
       notifiedTypical: quantile(notified, 0.5), notifiedP99: quantile(notified, 0.99),
       resolvedTypical: quantile(resolved, 0.5), resolvedP99: quantile(resolved, 0.99),
     }
