@@ -73,6 +73,8 @@ export interface TransferBenchOptions {
   sliceBytes?: number
   queueDepth?: number
   batchWrs?: number
+  /** The data CQs' poll mode (RDMA; default 'event'). */
+  pollMode?: 'event' | 'busy'
 }
 
 /** The IPv4 address of a device's RoCE v2 GID (rdma_cm needs one). */
@@ -282,8 +284,9 @@ export class TransferBench {
   }
 }
 
-function engine(o: TransferBenchOptions): { transport?: 'rdma' | 'tcp'; sliceBytes?: number; queueDepth?: number; batchWrs?: number } {
+function engine(o: TransferBenchOptions): { transport?: 'rdma' | 'tcp'; sliceBytes?: number; queueDepth?: number; batchWrs?: number; pollMode?: 'event' | 'busy' } {
   return {
+    ...(o.pollMode !== undefined ? { pollMode: o.pollMode } : {}),
     ...(o.transport !== undefined ? { transport: o.transport } : {}),
     ...(o.sliceBytes !== undefined ? { sliceBytes: o.sliceBytes } : {}),
     ...(o.queueDepth !== undefined ? { queueDepth: o.queueDepth } : {}),

@@ -41,6 +41,13 @@ export interface TransferAgentOptions {
   /** Work requests per postBatch (one doorbell, one signaled completion; default 16). */
   batchWrs?: number
   /**
+   * RDMA: how the data CQs are polled. 'event' (default): woken by the
+   * device's completion channel. 'busy': polled from the event loop while
+   * anything waits on them, which is always (the notification receives):
+   * lower latency, a core kept busy (as perftest's tools keep one). TCP: ignored.
+   */
+  pollMode?: 'event' | 'busy'
+  /**
    * ACK timeout of the data QPs, as the verbs exponent: the requester
    * retransmits after 4.096 µs × 2^ackTimeout without an ACK (0..31, default
    * 14 = 67 ms). See docs/transfer.md ("Retransmission") before lowering it.

@@ -63,6 +63,7 @@ export interface AgentSettings {
   queueDepth: number
   batchWrs: number
   ackTimeout: number
+  pollMode: 'event' | 'busy'
 }
 
 /** `device`: the RDMA device (slices never exceed its max message size); none for TCP. */
@@ -77,6 +78,7 @@ export function agentSettings(options: TransferAgentOptions, device: Device | un
     queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
     batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
     ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),
+    pollMode: oneOf(options.pollMode, 'options.pollMode', ['event', 'busy'] as const, 'event'),
   }
 }
 

@@ -186,7 +186,7 @@ function closeData(data: Partial<DataQps>): void {
 function dataQps(settings: LinkSettings, count: number): DataQps {
   const device = settings.pd.device
   // Each QP: its slices and one notice in flight (qp-lane.ts), and the notices' receives.
-  const data: Partial<DataQps> = { cq: device.createCq({ entries: count * (settings.queueDepth + 1 + NOTICE_RECEIVES) + 16 }), qps: [] }
+  const data: Partial<DataQps> = { cq: device.createCq({ entries: count * (settings.queueDepth + 1 + NOTICE_RECEIVES) + 16, pollMode: settings.pollMode }), qps: [] }
   try {
     for (let i = 0; i < count; i++) data.qps!.push(settings.pd.createQp({ type: 'RC', sendCq: data.cq!, maxSendWr: settings.queueDepth + 1, maxRecvWr: NOTICE_RECEIVES }))
     data.notices = new NoticeInbox(settings.pd, data.qps!)

@@ -23,6 +23,8 @@ export interface AgentLinkSettings {
   qps: number
   queueDepth: number
   batchWrs: number
+  /** RDMA: the data CQs' poll mode. */
+  pollMode: 'event' | 'busy'
   /** A snapshot of the local table, taken when it is sent. */
   table: () => { entries: SegmentEntry[]; version: number }
 }

@@ -95,6 +95,27 @@ describe('RDMA: QPs, the device\'s enforcement, the ACK timeout', () => {
     }
   })
 
+  it('pollMode \'busy\' polls the data CQs of the links it makes (a notified write arrives, its data in place); another value is refused with a code', async () => {
+    type Cq = { link: { cq: { pollMode: string } } }
+    const agent = await TransferAgent.create({ host, port: 0, name: 'busy-poll', qpsPerPeer: 2, pollMode: 'busy' })
+    try {
+      const peer = await agent.connect({ host, port: ctx.server.port, timeoutMs: 20_000 })
+      expect((peer as unknown as Cq).link.cq.pollMode).toBe('busy')
+      expect((ctx.clients[1]!.peer as unknown as Cq).link.cq.pollMode, 'the default').toBe('event')
+      const src = agent.register('busy-src', { size: 4096 })
+      const dst = ctx.server.register('busy-dst', { size: 4096, remote: 'write' })
+      await until(() => peer.segments.has('busy-dst'), 'the client to see busy-dst')
+      src.bytes.fill(0x5a)
+      const arrived = new Promise<boolean>((resolve) => ctx.server.once('notification', ({ message }) => resolve(message === 'busy' && dst.bytes.every((b) => b === 0x5a))))
+      await agent.write(peer, [{ local: [src, 0], remote: ['busy-dst', 0], length: 4096 }], { notify: 'busy', timeoutMs: 20_000 })
+      expect(await within(arrived, 10_000, 'the notification'), 'the data was in place in the handler').toBe(true)
+      await ctx.server.unregister(dst)
+    } finally {
+      agent.close()
+    }
+    await expect(TransferAgent.create({ host, port: 0, pollMode: 'spin' as 'busy' })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+  })
+
   it('ackTimeout sets the ACK timeout of the data QPs the agent makes (default 14); values that are not an exponent 0..31 are refused with a code', async () => {
     type Qps = { link: { qps: Array<{ query(): Record<string, unknown> }> } }
     const agent = await TransferAgent.create({ host, port: 0, name: 'ack-timeout', qpsPerPeer: 2, ackTimeout: 18 })
