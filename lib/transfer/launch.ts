@@ -39,9 +39,11 @@ export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: Notice
     const counters = peer.counters
     const notification = notify ? notificationOf(link, plan, notify) : undefined
     counters.inFlight++
+    // Every field present, so that hooks have one shape whatever the notification.
     const run = new TransferRun(plan, {
       peer: peer.id,
-      ...notification?.hooks,
+      notify: notification?.hooks.notify,
+      notice: notification?.hooks.notice,
       onBatchError,
       settled: (r, error, result) => {
         link.runs.delete(r)

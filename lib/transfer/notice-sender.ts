@@ -13,20 +13,26 @@ import type { QpLane } from './qp-lane.js'
 
 const SLOTS_PER_PAGE = 32
 
+/** A send slot and its bytes (the view made once). */
+interface Slot { slice: LocalSlice; bytes: Uint8Array }
+
 /** Send slots for notices, per PD, in pages registered on first need (as the atomic result slots are). */
 class NoticeSlots {
-  readonly #free: LocalSlice[] = []
+  readonly #free: Slot[] = []
   constructor(readonly pd: ProtectionDomain) {}
 
-  take(): LocalSlice {
+  take(): Slot {
     if (this.#free.length === 0) {
       const region = this.pd.allocRegion(NOTICE_BYTES * SLOTS_PER_PAGE, Access.LocalWrite)
-      for (let i = 0; i < SLOTS_PER_PAGE; i++) this.#free.push(region.slice(i * NOTICE_BYTES, NOTICE_BYTES))
+      for (let i = 0; i < SLOTS_PER_PAGE; i++) {
+        const slice = region.slice(i * NOTICE_BYTES, NOTICE_BYTES)
+        this.#free.push({ slice, bytes: slice.bytes })
+      }
     }
     return this.#free.pop()!
   }
 
-  give(slot: LocalSlice): void { this.#free.push(slot) }
+  give(slot: Slot): void { this.#free.push(slot) }
 }
 
 const slotPools = new WeakMap<ProtectionDomain, NoticeSlots>()
@@ -44,7 +50,7 @@ function slotsOf(pd: ProtectionDomain): NoticeSlots {
  */
 export class OutgoingNotice {
   readonly #slots: NoticeSlots
-  #slot: LocalSlice | undefined
+  #slot: Slot | undefined
   readonly #length: number
   #posted = false
 
@@ -62,7 +68,7 @@ export class OutgoingNotice {
   tailFor(q: number): NoticeTail {
     if (q !== this.carrier) return { imm: this.seq, slot: undefined, length: 0 }
     this.#posted = true
-    return { imm: this.seq, slot: this.#slot, length: this.#length }
+    return { imm: this.seq, slot: this.#slot?.slice, length: this.#length }
   }
 
   /** The batch that carried the message settled: the device is done with the slot. */

@@ -53,8 +53,7 @@ export class NoticeNumbers {
 export function skipTail(seq: number): NoticeTail { return { imm: (SKIP | seq) >>> 0, slot: undefined, length: 0 } }
 
 /** A message's header and payload (copied: the buffer is posted again). */
-function parse(slot: LocalSlice, wc: ReceiveCompletion): ParsedNotice {
-  const bytes = slot.bytes
+function parse(bytes: Uint8Array, wc: ReceiveCompletion): ParsedNotice {
   const parts = bytes[0]!
   const kind = bytes[1]!
   if (wc.byteLength < HEADER || parts < 1 || (kind !== KIND_TEXT && kind !== KIND_BYTES)) throw protocolError(`The peer sent a malformed notice (${wc.byteLength} bytes, parts ${parts}, kind ${kind})`)
@@ -159,16 +158,19 @@ export class NoticeInbox {
   start(): void {
     let at = 0
     for (const qp of this.qps) {
-      for (let i = 0; i < NOTICE_RECEIVES; i++, at += NOTICE_BYTES) this.#receive(qp, this.#region.slice(at, NOTICE_BYTES))
+      for (let i = 0; i < NOTICE_RECEIVES; i++, at += NOTICE_BYTES) {
+        const slot = this.#region.slice(at, NOTICE_BYTES)
+        this.#receive(qp, slot, slot.bytes) // the view made once: a buffer is read at every notice
+      }
     }
   }
 
-  #receive(qp: QueuePair, slot: LocalSlice): void {
+  #receive(qp: QueuePair, slot: LocalSlice, bytes: Uint8Array): void {
     qp.recv(slot).then((wc) => {
       if (this.#closed || this.#failure) return
       // The bytes are read before the buffer is posted again.
-      const parsed = wc.byteLength > 0 ? parse(slot, wc) : undefined
-      this.#receive(qp, slot)
+      const parsed = wc.byteLength > 0 ? parse(bytes, wc) : undefined
+      this.#receive(qp, slot, bytes)
       if (wc.immediate === undefined) throw protocolError('The peer sent a notice without its number (a SEND without immediate data)')
       this.#order.arrived(wc.immediate, parsed)
     }, (error: unknown) => {
