@@ -187,6 +187,71 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       await server.unregister(dst)
     }, 90_000)
 
+    it('property: concurrent notified and plain transfers (writes and reads, 1-4 QPs, some aborted before they start): exactly the notifications of those that completed arrive, in call order, each write\'s data in place in the handler', async () => {
+      const BLOCK = 4 * KiB
+      const MAX_BLOCKS = 24
+      const REGION = 2 * MAX_BLOCKS * BLOCK // a transfer's own region (blocks with gaps)
+      const MAX_TRANSFERS = 10
+      const transfer = fc.record({
+        op: fc.constantFrom('read' as const, 'write' as const),
+        notify: fc.boolean(),
+        aborted: fc.integer({ min: 0, max: 7 }).map((n) => n === 0),
+        blocks: fc.integer({ min: 1, max: MAX_BLOCKS }),
+        gapEvery: fc.integer({ min: 1, max: 4 }),
+      })
+      const scenario = fc.record({ client: fc.integer({ min: 0, max: 3 }), transfers: fc.array(transfer, { minLength: 1, maxLength: MAX_TRANSFERS }), seed: fc.integer({ min: 1, max: 1 << 30 }) })
+      const { server, clients } = ctx
+      const dst = server.register('np-dst', { size: MAX_TRANSFERS * REGION, remote: 'read-write' })
+      const srcs = clients.map(({ agent }) => agent.register('np-src', { size: MAX_TRANSFERS * REGION }))
+      const seen: Array<{ from: string; message: string; inPlace: boolean }> = []
+      let check: ((message: string) => boolean) | undefined
+      const onNotification = ({ message, peer: from }: { message: string | Buffer; peer: Peer }) => {
+        seen.push({ from: from.name, message: String(message), inPlace: check?.(String(message)) ?? false })
+      }
+      server.on('notification', onNotification)
+      try {
+        await until(() => clients.every(({ peer }) => peer.segments.has('np-dst')), 'the clients to see np-dst')
+        let round = 0
+        await fc.assert(fc.asyncProperty(scenario, async (t) => {
+          const { agent, peer } = clients[t.client]!
+          const src = srcs[t.client]!
+          const tag = `np${round++}`
+          const data = fill(src, t.seed)
+          dst.bytes.fill(0)
+          // Transfer i moves blocks of its own region: block k at 2k (or, every gapEvery-th, 2k + 1) block slots in.
+          const layouts = t.transfers.map((x, i) => Array.from({ length: x.blocks }, (_, k) => i * REGION + (2 * k + (k % x.gapEvery === 0 ? 1 : 0)) * BLOCK))
+          check = (message) => {
+            const i = Number(message.split('-')[1])
+            if (t.transfers[i]?.op !== 'write') return true
+            return layouts[i]!.every((at) => Buffer.compare(dst.bytes.subarray(at, at + BLOCK), data.subarray(at, at + BLOCK)) === 0)
+          }
+          seen.length = 0
+          const outcomes = await within(Promise.all(t.transfers.map((x, i) => {
+            const blocks: Block[] = layouts[i]!.map((at) => ({ local: [src, at], remote: ['np-dst', at], length: BLOCK }))
+            return agent[x.op](peer, blocks, { ...(x.notify ? { notify: `${tag}-${i}` } : {}), ...(x.aborted ? { signal: AbortSignal.abort() } : {}), timeoutMs: 30_000 })
+              .then(() => 'done', (e: unknown) => (e as TransferError).code)
+          })), 40_000, 'the transfers')
+          expect(outcomes, 'aborted ones fail with ABORT_ERR, the others complete').toEqual(t.transfers.map((x) => x.aborted ? 'ABORT_ERR' : 'done'))
+          const expected = t.transfers.flatMap((x, i) => x.notify && !x.aborted ? [`${tag}-${i}`] : [])
+          // A notify() after them all: once it is here, every earlier notification is (they arrive in call order).
+          await agent.notify(peer, `${tag}-end`)
+          await until(() => seen.some((n) => n.message === `${tag}-end`), `the closing notification of ${tag}`, 20_000)
+          const mine = seen.filter((n) => n.from === `client-${t.client + 1}` && n.message.startsWith(`${tag}-`))
+          expect(mine.map((n) => n.message), 'exactly those of the transfers that completed, in call order, then the closing one').toEqual([...expected, `${tag}-end`])
+          expect(mine.filter((n) => !n.inPlace).map((n) => n.message), 'writes whose data was not in place in the handler').toEqual([])
+          // Reads brought the server's bytes (zeros) back into their blocks here.
+          t.transfers.forEach((x, i) => {
+            if (x.op === 'read' && !x.aborted) for (const at of layouts[i]!) expect(src.bytes.subarray(at, at + BLOCK).every((b) => b === 0), `read ${i} block at ${at}`).toBe(true)
+          })
+        }), { numRuns: 15, seed: Number(process.env.FC_SEED ?? Date.now() % 100_000), verbose: true })
+      } finally {
+        server.off('notification', onNotification)
+        check = undefined
+        await Promise.all(clients.map(({ agent }, i) => agent.unregister(srcs[i]!, { timeoutMs: 10_000 })))
+        await server.unregister(dst, { timeoutMs: 10_000 })
+      }
+    }, 180_000)
+
     it('200 concurrent transfers (writes and reads, 4 blocks each) share the QPs and all complete with the right bytes', async () => {
       const { server, clients } = ctx
       const { agent, peer } = clients[2]!
