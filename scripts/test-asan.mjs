@@ -104,8 +104,10 @@ async function runSanitized() {
   // timing-bound (a slower sanitizer build means steals, not bugs); its native
   // paths are CAS/FETCH_ADD/READ/WRITE, which 20.operations covers here.
   // 97.consumer runs the packed copy's own prebuilt binary, not the sanitizer build.
-  // 100/101.transfer are TypeScript over verbs paths the other files cover,
-  // and spend minutes moving emulated bytes (101 also starts child processes).
+  // 100.transfer (the engine between agents in one process: segments,
+  // batches, notifications on the data QPs, withdrawals) runs here (156 s).
+  // 101.transfer-peer-death kills and restarts child processes for minutes
+  // over the same native paths.
   // 50.event-loop is about timers firing while 5000 requests complete, not
   // memory: last in a full sanitizer run (~450 s in), vitest's worker once
   // timed out reporting to its parent ("Timeout calling onTaskUpdate": the
@@ -115,7 +117,7 @@ async function runSanitized() {
   // under the sanitizer build an agent re-registered after the grace and was
   // reported gone (CI, 2026-12-03). Their native paths are the transfer
   // engine's, which 102.transfer-handshake and 37 cover here.
-  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '100.transfer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '110.soak', '112.exhaustion', '120.lock-table']
+  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '110.soak', '112.exhaustion', '120.lock-table']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', ...excluded.flatMap((name) => ['--exclude', `**/${name}.test.ts`])]
