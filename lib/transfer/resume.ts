@@ -94,7 +94,7 @@ function merged(blocks: Blocks, base: Uint8Array, part: Uint8Array | undefined, 
   return { landedBlocks, blocksLanded, bytesLanded }
 }
 
-/** Codes a resume does not turn into a resumable failure: calling again would fail the same way. */
+/** Codes of errors before posting that a resume does not turn into a resumable failure: calling again would fail the same way. */
 const FINAL = new Set(['ERR_CLOSED', 'ERR_PEER_RESTARTED', 'ERR_INVALID_ARG_TYPE', 'ERR_INVALID_ARG_VALUE', 'ERR_OUT_OF_RANGE'])
 
 /** agent.resume(): sends the blocks of `failed` that did not land; see ResumeOptions for a restarted peer. */
@@ -128,7 +128,7 @@ export async function resume(agent: Agent, failed: unknown, options: ResumeOptio
   try {
     result = await transfer(op, peer, select, o as TransferOptions)
   } catch (error) {
-    if (FINAL.has(codeOf(error))) throw error
+    if (!(error instanceof TransferError) && FINAL.has(codeOf(error))) throw error
     // A failure before anything was chosen (reconnecting) leaves the report as it was; after, it covers both attempts.
     const report = chosen ? merged(blocks, chosen.base, error instanceof TransferError ? error.landedBlocks : undefined, chosen.index) : failed
     const cause = error as RdmaError
