@@ -61,7 +61,7 @@ const countOf = (blocks: Blocks): number => Array.isArray(blocks) ? blocks.lengt
 const lengthOf = (blocks: Blocks, i: number): number => Array.isArray(blocks) ? (blocks as readonly Block[])[i]!.length : (blocks as BlockArrays).blockSize
 
 /** The blocks whose bit is clear, and their original indexes (undefined: all of them, as given). */
-function rest(blocks: Blocks, landed: Uint8Array): { blocks: Blocks; index: Uint32Array | undefined; count: number } {
+export function rest(blocks: Blocks, landed: Uint8Array): { blocks: Blocks; index: Uint32Array | undefined; count: number } {
   const n = countOf(blocks)
   let count = 0
   for (let i = 0; i < n; i++) if (!isLanded(landed, i)) count++
@@ -77,7 +77,7 @@ function rest(blocks: Blocks, landed: Uint8Array): { blocks: Blocks; index: Uint
 }
 
 /** The landed report over the original blocks: `base` and the bits `part` sets over the rest (through `index`). */
-function merged(blocks: Blocks, base: Uint8Array, part: Uint8Array | undefined, index: Uint32Array | undefined): LandedReport {
+export function merged(blocks: Blocks, base: Uint8Array, part: Uint8Array | undefined, index: Uint32Array | undefined): LandedReport {
   const n = countOf(blocks)
   const landedBlocks = base.slice()
   if (part) {
