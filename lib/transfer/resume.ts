@@ -130,7 +130,8 @@ export async function resume(agent: Agent, failed: unknown, options: ResumeOptio
   } catch (error) {
     if (!(error instanceof TransferError) && FINAL.has(codeOf(error))) throw error
     // A failure before anything was chosen (reconnecting) leaves the report as it was; after, it covers both attempts.
-    const report = chosen ? merged(blocks, chosen.base, error instanceof TransferError ? error.landedBlocks : undefined, chosen.index) : failed
+    const report = chosen ? merged(blocks, chosen.base, error instanceof TransferError ? error.landedBlocks : undefined, chosen.index)
+      : { bytesLanded: failed.bytesLanded, blocksLanded: failed.blocksLanded, landedBlocks: failed.landedBlocks.slice() }
     const cause = error as RdmaError
     const again = new TransferError(`Resume failed (${cause.message}); ${report.bytesLanded} of ${failed.bytes} bytes of the original transfer landed`, {
       code: codeOf(error), landedBlocks: report.landedBlocks, blocksLanded: report.blocksLanded, bytesLanded: report.bytesLanded,

@@ -118,7 +118,7 @@ export function resumeTests(env: EngineEnv): void {
       child = undefined
     }, 900_000)
 
-    it('a peer process killed and restarted has fresh memory: what landed is gone there, onRestart \'fail\' refuses (ERR_PEER_RESTARTED), the default sends every block again', async () => {
+    it('a peer process killed and restarted has fresh memory: a resume while it is gone fails resumably, what landed is gone there, onRestart \'fail\' refuses (ERR_PEER_RESTARTED), the default sends every block again', async () => {
       const SIZE = 64 * MiB
       const BLOCK = 16 << 10
       const COUNT = SIZE / BLOCK
@@ -132,13 +132,20 @@ export function resumeTests(env: EngineEnv): void {
       const failed = await cutWrite(peer, blocks, SIZE, 0.3 * SIZE, () => first.process.kill('SIGKILL'))
       await within(new Promise((resolve) => first.process.exitCode !== null || first.process.signalCode !== null ? resolve(0) : first.process.once('exit', resolve)), 10_000, 'the child to exit')
       expect(failed.blocksLanded).toBeGreaterThan(0)
+      // While it is gone: the reconnect fails, and that failure is resumable, its report unchanged.
+      const whileGone = await within(agent.resume(failed, { timeoutMs: 15_000 }).catch((e: unknown) => e), 20_000, 'a resume while the peer is gone')
+      expect(whileGone, 'a resumable TransferError').toBeInstanceOf(TransferError)
+      const gone = whileGone as TransferError
+      expect(typeof gone.code).toBe('string')
+      expect({ blocks: gone.blocksLanded, bytes: gone.bytesLanded, bitmap: Buffer.from(gone.landedBlocks).equals(failed.landedBlocks) })
+        .toEqual({ blocks: failed.blocksLanded, bytes: failed.bytesLanded, bitmap: true })
       child = await startChild(env, { port, size: SIZE })
       const fresh = await rightAtPeer(child, expected, BLOCK)
       expect(fresh.filter((ok) => ok).length, 'nothing of the first write is in the new process').toBe(0)
-      const refused = await within(agent.resume(failed, { onRestart: 'fail', timeoutMs: 60_000 }).catch((e: unknown) => e), 70_000, 'the refused resume')
+      const refused = await within(agent.resume(gone, { onRestart: 'fail', timeoutMs: 60_000 }).catch((e: unknown) => e), 70_000, 'the refused resume')
       expect(refused).toMatchObject({ code: 'ERR_PEER_RESTARTED' })
       expect(refused).not.toBeInstanceOf(TransferError)
-      const result = await within(agent.resume(failed, { timeoutMs: 120_000 }), 130_000, 'the resume')
+      const result = await within(agent.resume(gone, { timeoutMs: 120_000 }), 130_000, 'the resume')
       expect(result).toMatchObject({ restarted: true, bytes: SIZE, blocks: COUNT, blocksSkipped: 0, bytesSkipped: 0 })
       const after = await rightAtPeer(child, expected, BLOCK)
       expect(after.filter((ok) => !ok).length, 'blocks not right at the peer after the resume').toBe(0)
