@@ -19,7 +19,9 @@ import type { TransferResult } from './run.js'
 import { launch } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
-import { tableChanges } from './resync.js'
+import { resync } from './resync.js'
+import { resumable, resume, type ResumeOptions, type ResumeResult } from './resume.js'
+import type { TransferError } from './transfer-error.js'
 import { deregisterWithdrawn } from './deregister.js'
 import { Releases } from './releases.js'
 import type { Transport, TransportKind } from './transport.js'
@@ -27,18 +29,13 @@ import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
-import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
+import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
   on<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
   once<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
   off<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
-}
-
-/** A record of the cluster (from members() or 'peerJoined'), as connect() takes it. */
-function isRecord(value: unknown): value is PeerRecord {
-  return typeof value === 'object' && value !== null && typeof (value as PeerRecord).incarnation === 'string' && Array.isArray((value as PeerRecord).addresses)
 }
 
 export class TransferAgent extends EventEmitter {
@@ -193,7 +190,7 @@ export class TransferAgent extends EventEmitter {
   connect(record: PeerRecord, options?: WaitOptions): Promise<Peer>
   async connect(target: PeerConnectOptions | string | PeerRecord, options: WaitOptions = {}): Promise<Peer> {
     this.#assertOpen()
-    if (typeof target === 'string' || isRecord(target)) {
+    if (typeof target === 'string' || isPeerRecord(target)) {
       const wait = waitOptions({ timeoutMs: this.#handshakeMs, ...optionalObject(options, 'options') })
       return typeof target === 'string' ? this.#connectByName(target, wait) : this.#connectRecord(target, wait)
     }
@@ -277,16 +274,10 @@ export class TransferAgent extends EventEmitter {
       peer = new Peer(link.peerAgent, link.peerName, link, address)
       this.#peers.set(peer.id, peer)
     }
-    this.#resync(link)
+    resync(link, this.#table)
     const owner = peer
     link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error), (message) => this.#notified(owner, message))
     return peer
-  }
-
-  /** Sends what changed in the local table since the handshake's snapshot (a send that fails fails the link). */
-  #resync(link: Link): void {
-    if (link.sentTable.version === this.#table.version) return
-    for (const message of tableChanges(link.sentTable.entries, this.#table.entries(), this.#table.version)) link.broadcast(message)
   }
 
   #onMessage(peer: Peer, link: Link, message: ControlMessage): void {
@@ -386,12 +377,20 @@ export class TransferAgent extends EventEmitter {
 
   /** Writes (pushes) blocks from local segments into the peer's segments. */
   write(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
-    return this.#transfer('write', peer, blocks, options)
+    return this.#transfer('write', peer, blocks, options).catch(resumable(this, peer, 'write', blocks)) as Promise<TransferResult>
   }
 
   /** Reads (pulls) blocks from the peer's segments into local segments. */
   read(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
-    return this.#transfer('read', peer, blocks, options)
+    return this.#transfer('read', peer, blocks, options).catch(resumable(this, peer, 'read', blocks)) as Promise<TransferResult>
+  }
+
+  /**
+   * Sends the blocks of a failed write(), read() or plan.run() that did not land, after reconnecting (a restarted
+   * peer gets them all unless `onRestart` says otherwise); fails with a TransferError over the original blocks.
+   */
+  resume(failed: TransferError, options: ResumeOptions = {}): Promise<ResumeResult> {
+    return resume(this, failed, options, (op, peer, select, o) => this.#transfer(op, peer, select, o))
   }
 
   /** Sends a notification alone (ordered with those of transfers). */
@@ -425,18 +424,21 @@ export class TransferAgent extends EventEmitter {
         used = segmentsUsed(checked)
         checkedOn = current
       }
-      return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error))
+      return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error)).catch(resumable(this, peer, op, blocks))
     })
   }
 
-  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks, options: TransferOptions): Promise<TransferResult> {
+  /** `blocks` as given, or chosen once the link is there (resume: by the peer's incarnation; none: nothing to post). */
+  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions): Promise<TransferResult | undefined> {
     const o = optionalObject(options, 'options')
     const wait = this.#bounded(o)
     const progress = progressOptions(o, this.#stallMs)
     const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
-    const plan = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    const chosen = typeof blocks === 'function' ? blocks(link.peerAgent) : blocks
+    if (!chosen) return undefined
+    const plan = checkBlocks(op, chosen, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
     return launch(peer, link, plan, notify, wait, progress, (error) => this.#linkFailed(peer, link, error))
   }
@@ -491,8 +493,6 @@ export class TransferAgent extends EventEmitter {
 
   [Symbol.dispose](): void { void this.close() }
 
-  #assertOpen(): void {
-    if (this.#closed) throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
-  }
+  #assertOpen(): void { if (this.#closed) throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' }) }
 }
 

@@ -3,7 +3,8 @@
 // link's adoption (from then on every change is broadcast), so the
 // difference goes out as table messages that each fit a control message.
 import { tableMessages, type ControlMessage } from './control.js'
-import type { SegmentEntry } from './segments.js'
+import type { Link } from './link.js'
+import type { LocalTable, SegmentEntry } from './segments.js'
 
 /** Withdrawals of the names gone since `sent`, then the entries new or changed since, in chunks. */
 export function tableChanges(sent: readonly SegmentEntry[], now: readonly SegmentEntry[], version: number): ControlMessage[] {
@@ -17,4 +18,10 @@ export function tableChanges(sent: readonly SegmentEntry[], now: readonly Segmen
   })
   if (changed.length > 0) messages.push(...tableMessages(changed, version))
   return messages
+}
+
+/** Sends `link`'s peer what changed in the local table since the handshake's snapshot (a send that fails fails the link). */
+export function resync(link: Link, table: LocalTable): void {
+  if (link.sentTable.version === table.version) return
+  for (const message of tableChanges(link.sentTable.entries, table.entries(), table.version)) link.broadcast(message)
 }

@@ -10,6 +10,7 @@ import { TransferAgent, TransferError, type Peer } from '../../dist/index.js'
 import { FrameType, head, SLICE, writeSlice } from '../../lib/transfer/tcp/frames.js'
 import { engineAgents, engineTests } from '../engine/transfer-suite.js'
 import { peerDeathTests, progressTests } from '../engine/peer-suite.js'
+import { resumeTests } from '../engine/resume-suite.js'
 import { until, within, type EngineEnv } from '../engine/util.js'
 import { needs } from '../rdma/needs.js'
 import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
@@ -20,6 +21,7 @@ const ctx = engineAgents(env)
 engineTests(env, ctx)
 peerDeathTests(env)
 progressTests(env)
+resumeTests(env)
 
 type ForgedTable = { link: { remote: { byName: Map<string, { rights: string; length: number }>; add(entries: unknown[], version: number): void } } }
 const table = (peer: Peer) => (peer as unknown as ForgedTable).link.remote

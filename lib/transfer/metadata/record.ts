@@ -31,6 +31,11 @@ export interface PeerRecord {
 /** Names that can be a key segment: no '/', nothing etcd tools would print badly. */
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/
 
+/** A record of the cluster (from members() or 'peerJoined'), as connect() takes it. */
+export function isPeerRecord(value: unknown): value is PeerRecord {
+  return typeof value === 'object' && value !== null && typeof (value as PeerRecord).incarnation === 'string' && Array.isArray((value as PeerRecord).addresses)
+}
+
 export function isAgentName(name: unknown): name is string {
   return typeof name === 'string' && NAME.test(name)
 }
