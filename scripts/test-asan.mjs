@@ -112,12 +112,15 @@ async function runSanitized() {
   // memory: last in a full sanitizer run (~450 s in), vitest's worker once
   // timed out reporting to its parent ("Timeout calling onTaskUpdate": the
   // run fails though every test passed); alone it passes here in 13 s.
+  // 105.transfer-scale registers 4.25 GiB (segments past 2^32) and needs a
+  // guest of about 6 GiB, more than this one's 4 GiB; its native paths are
+  // the transfer engine's, which 102 and 37 cover here.
   // 103.transfer-etcd and 104.transfer-progress assert bounds in time as 120
   // does: lease expiry and re-registration within TTL + 1 s, stalls of 800 ms;
   // under the sanitizer build an agent re-registered after the grace and was
   // reported gone (CI, 2026-12-03). Their native paths are the transfer
   // engine's, which 102.transfer-handshake and 37 cover here.
-  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '110.soak', '112.exhaustion', '120.lock-table']
+  const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '105.transfer-scale', '110.soak', '112.exhaustion', '120.lock-table']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', ...excluded.flatMap((name) => ['--exclude', `**/${name}.test.ts`])]

@@ -32,7 +32,9 @@ const unit = await run(vitest, ['run', '--config', 'vitest.unit.config.ts', ...e
 console.log('\n== RDMA suites (real device via scripts/softroce.sh) ==')
 // 10 GiB for the guest (SR_MEMORY overrides, in MB):
 // test/rdma/25.large-memory.test.ts registers two regions of 4 GiB + 1 MiB (a
-// real transfer of more than 4 GiB). A QEMU guest only takes from the host the
+// real transfer of more than 4 GiB), test/rdma/105.transfer-scale.test.ts
+// one of 4 GiB + 256 MiB (the engine's blocks past 2^32; freed before or
+// after 25's, never with them). A QEMU guest only takes from the host the
 // memory it touches.
 const rdmaMemory = process.env.SR_MEMORY || '10240'
 const rdma = await run('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--memory', rdmaMemory, '--', vitest, 'run', '--config', 'vitest.rdma.config.ts', ...extra])
