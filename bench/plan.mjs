@@ -49,28 +49,45 @@ const fmt = (v, d = 1) => (v === undefined || Number.isNaN(v) ? '–' : Math.abs
 const tick = () => new Promise((r) => setImmediate(r))
 
 /**
- * JS heap bytes allocated while `fn` runs, collected objects included: V8's
+ * JS heap bytes one call of `fn` allocates, collected objects included: V8's
  * sampling heap profiler (one sample per `interval` bytes on average) through
- * the inspector, with the functions that allocated most.
+ * the inspector, with the functions that allocated most. Starting the
+ * profiler deoptimizes the code that allocates, so `fn` is called `warm`
+ * times under it first, and only the last call is counted (the profile's
+ * growth across it).
  */
-function allocated(fn, interval = 32) {
+function allocated(fn, warm, interval = 32) {
   const session = new Session()
   session.connect()
-  const post = (method, params) => { let out, err; session.post(method, params, (e, r) => { err = e; out = r }); if (err) throw err; return out }
+  const post = (method, params) => {
+    let out, err, answered = false
+    session.post(method, params, (e, r) => { err = e; out = r; answered = true })
+    if (err) throw err
+    if (!answered) throw new Error(`the inspector did not answer ${method} at once (a profile too large? raise the sampling interval)`)
+    return out
+  }
+  const byFunction = () => {
+    const by = new Map()
+    // Only what the library allocated (below a frame of dist/): not the inspector's messages.
+    const walk = (node, inLibrary) => {
+      const name = node.callFrame.functionName || '(anonymous)'
+      inLibrary ||= node.callFrame.url.includes('/dist/')
+      if (inLibrary && node.selfSize > 0) by.set(name, (by.get(name) ?? 0) + node.selfSize)
+      for (const child of node.children) walk(child, inLibrary)
+    }
+    walk(post('HeapProfiler.getSamplingProfile').profile.head, false)
+    return by
+  }
   try {
     post('HeapProfiler.enable')
     post('HeapProfiler.startSampling', { samplingInterval: interval, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
-    const value = fn()
-    const { profile } = post('HeapProfiler.stopSampling')
-    let bytes = 0
-    const by = new Map()
-    const walk = (node) => {
-      bytes += node.selfSize
-      if (node.selfSize > 0) { const name = node.callFrame.functionName || '(anonymous)'; by.set(name, (by.get(name) ?? 0) + node.selfSize) }
-      node.children.forEach(walk)
-    }
-    walk(profile.head)
-    return { value, bytes, top: [...by].sort((a, b) => b[1] - a[1]).slice(0, 4) }
+    for (let w = 0; w < warm; w++) fn()
+    const before = byFunction()
+    fn()
+    const after = byFunction()
+    post('HeapProfiler.stopSampling')
+    const grown = [...after].map(([name, b]) => [name, b - (before.get(name) ?? 0)]).filter(([, b]) => b > 0)
+    return { bytes: grown.reduce((sum, [, b]) => sum + b, 0), top: grown.sort((x, y) => y[1] - x[1]).slice(0, 4) }
   } finally {
     session.disconnect()
   }
@@ -99,6 +116,9 @@ async function measure(o) {
     const peer = await agent.connect({ host: '127.0.0.1', port: target.port })
     while (!peer.segments.has('pool')) await tick()
     for (const form of o.forms) {
+      // The process warmed once per form on 10^5 blocks (the first case would measure the compiler otherwise).
+      const warmBlocks = layout(kvLayout, Math.min(100_000, max), o.blockSize, form)
+      for (let w = 0; w < 5; w++) agent.prepare(peer, 'write', warmBlocks)
       for (const n of o.blocks) {
         let blocks = layout(kvLayout, n, o.blockSize, form)
         // Warm: the loops optimized before anything is measured (unoptimized code boxes every double it computes).
@@ -112,7 +132,8 @@ async function measure(o) {
         globalThis.gc(); await tick(); globalThis.gc()
         const m2 = process.memoryUsage()
         // The same call again under the sampling profiler (slower: not timed): what it allocates, garbage included.
-        const sampled = allocated(() => agent.prepare(peer, 'write', blocks))
+        // A sample per 32 bytes on average, fewer for many blocks (the inspector answers with every sample).
+        const sampled = allocated(() => agent.prepare(peer, 'write', blocks), o.warm, Math.max(32, Math.round(n / 1000)))
         if (plan.bytes !== n * o.blockSize) throw new Error(`the plan of ${n} blocks has ${plan.bytes} bytes`)
         plan = undefined
         const times = [firstMs]
