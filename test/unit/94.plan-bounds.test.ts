@@ -201,7 +201,7 @@ describe('the work requests\' fields: raddr split into 32-bit halves, addresses 
   })
 })
 
-/** JS heap bytes one call of `fn` allocates below lib/transfer's frames, garbage included (after `warm` calls under the profiler). */
+/** JS heap bytes one call of `fn` allocates below lib/transfer's frames, garbage included (after `warm` calls under the profiler; the least of 3; a sample per 512 bytes on average). */
 function allocatedByPlanning(fn: () => unknown, warm = 3): number {
   const session = new Session()
   session.connect()
@@ -225,13 +225,18 @@ function allocatedByPlanning(fn: () => unknown, warm = 3): number {
   }
   try {
     post('HeapProfiler.enable')
-    post('HeapProfiler.startSampling', { samplingInterval: 64, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+    post('HeapProfiler.startSampling', { samplingInterval: 512, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
     for (let i = 0; i < warm; i++) fn() // starting the profiler deoptimizes what allocates: warm again under it
-    const before = total()
-    fn()
-    const after = total()
+    // The least of 3 calls: what planning allocates by design shows in every call; optimized code that a
+    // loaded machine's compiler thread delivers late (unoptimized code boxes numbers) in some only.
+    let least = Infinity
+    for (let i = 0; i < 3; i++) {
+      const before = total()
+      fn()
+      least = Math.min(least, total() - before)
+    }
     post('HeapProfiler.stopSampling')
-    return after - before
+    return least
   } finally {
     session.disconnect()
   }
@@ -250,7 +255,7 @@ describe('planning allocates no JS heap per block', () => {
     const blocks: BlockArrays = { local: 'kv', remote: 'pool', localOffsets: offsets(4096), remoteOffsets: offsets(8192), blockSize: 4096 }
     const bytes = allocatedByPlanning(() => checkBlocks('write', blocks, local, remote, 65536, 2))
     expect(bytes / n).toBeLessThan(4)
-  })
+  }, 120_000)
 
   it('Block[]: 10^5 scattered blocks past 2^32 (the list is the caller\'s; planning adds nothing per block)', () => {
     const lo = offsets(4096)
@@ -258,7 +263,7 @@ describe('planning allocates no JS heap per block', () => {
     const blocks: Block[] = Array.from({ length: n }, (_, i) => ({ local: ['kv', lo[i]!], remote: ['pool', ro[i]!], length: 4096 }))
     const bytes = allocatedByPlanning(() => checkBlocks('write', blocks, local, remote, 65536, 2))
     expect(bytes / n).toBeLessThan(4)
-  })
+  }, 120_000)
 
   it('planSlices alone: the columns it makes are typed arrays', () => {
     const cols = emptyColumns(n)
@@ -267,5 +272,5 @@ describe('planning allocates no JS heap per block', () => {
     cols.len.fill(4096)
     const bytes = allocatedByPlanning(() => planSlices(cols, 65536, 4, n * 4096))
     expect(bytes / n).toBeLessThan(4)
-  })
+  }, 120_000)
 })
