@@ -26,6 +26,8 @@ export interface TransferCase {
   repeat?: number
   /** Bound on each transfer (default 600000 ms). */
   timeoutMs?: number
+  /** Called with the bytes confirmed so far over all repeats, and their total (at most once per completed batch). */
+  onProgress?: (done: number, total: number) => void
 }
 
 export interface TransferCaseResult {
@@ -202,8 +204,10 @@ export class TransferBench {
     const planMs = performance.now() - p0
     const cpu0 = process.cpuUsage()
     const t0 = performance.now()
+    const progress = c.onProgress
     for (let i = 0; i < repeat; i++) {
-      const result = await plan.run({ timeoutMs: c.timeoutMs ?? 600_000 })
+      const before = i * bytes
+      const result = await plan.run({ timeoutMs: c.timeoutMs ?? 600_000, ...(progress ? { onProgress: (confirmed: number) => progress(before + confirmed, bytes * repeat) } : {}) })
       workRequests = result.workRequests
     }
     const seconds = (performance.now() - t0) / 1000

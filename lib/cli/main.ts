@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { ProgressLine } from './progress.js'
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const softroceScript = join(packageRoot, 'scripts', 'softroce.sh')
@@ -28,7 +29,8 @@ const USAGE = `usage: node-ibverbs COMMAND
                                    in one transfer, every block checked; --latency: a
                                    1-block write with a notification, one at a time;
                                    --transport tcp: two agents on loopback, no device;
-                                   --net: a plain node:net socket moving the same bytes
+                                   --net: a plain node:net socket moving the same bytes;
+                                   on a terminal a progress line (bytes, rate, ETA) on stderr
   softroce up|status|down          manage a native Soft-RoCE device (scripts/softroce.sh)
   softroce run [OPTIONS] -- CMD    run CMD with a Soft-RoCE device (QEMU guest if needed)
 `
@@ -274,7 +276,14 @@ async function benchTransfer(argv: string[]): Promise<void> {
       if (flags.has('json')) return console.log(JSON.stringify(n, null, 2))
       return console.log(table([['op', '#blocks', 'block[B]', 'plain node:net BW[MB/sec]'], [op, String(blocks), String(blockSize), n.mbPerSec.toFixed(2)]]))
     }
-    const r = await bench.run(c)
+    // On a terminal, a progress line on stderr while it runs; none when piped.
+    const line = new ProgressLine(process.stderr, `${op} ${blocks} x ${blockSize} B`, blocks * blockSize * c.repeat)
+    let r
+    try {
+      r = await bench.run({ ...c, ...(line.drawing ? { onProgress: (done: number) => line.update(done) } : {}) })
+    } finally {
+      line.end()
+    }
     if (flags.has('json')) return console.log(JSON.stringify(r, null, 2))
     console.log(table([
       ['op', '#blocks', 'block[B]', 'qps', 'work requests', 'BW average[MB/sec]', 'plan[ms]'],
