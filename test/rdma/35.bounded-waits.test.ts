@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { Access, type CompletionQueue, type Device, type ProtectionDomain, type QueuePair, type RemoteSlice } from '../../dist/index.js'
 import { ALL_ACCESS, connectedPair, pattern, srqPair, testDevice, within } from './helpers.js'
-import { countResources } from './resources.js'
+import { countMrsOfPd } from './resources.js'
 
 let device: Device
 const cleanups: Array<() => void> = []
@@ -214,11 +214,13 @@ describe('the result slots of atomics that timed out or were aborted', () => {
     const cq = device.createCq({ entries: 1024 })
     const target = pd.allocRegion(4096, ALL_ACCESS)
     cleanups.push(() => { pd.close(); cq.close() })
-    return { pd, cq, remote: target.asRemote().slice(0, 8), mrs: countResources('mr') }
+    // This PD's regions only: an earlier file's regions freed by the collector meanwhile must not count.
+    const mrsOfPd = (): number => countMrsOfPd(target.lkey)
+    return { pd, cq, remote: target.asRemote().slice(0, 8), mrsOfPd, mrs: mrsOfPd() }
   }
 
   it('come back once their completion arrives: a PD keeps one page of slots however many time out', async () => {
-    const { pd, cq, remote, mrs } = await setup()
+    const { pd, cq, remote, mrs, mrsOfPd } = await setup()
     const qps: QueuePair[] = [] // kept open: only the completions give the slots back
     for (let round = 0; round < ROUNDS; round++) {
       // About 4 x 67 ms before the device gives up: the atomics expire long before.
@@ -228,11 +230,11 @@ describe('the result slots of atomics that timed out or were aborted', () => {
       await within((async () => { while (qp.outstanding > 0) await new Promise((resolve) => setTimeout(resolve, 20)) })(), 30_000, 'the completions of the expired atomics')
       expect(qp.error).toMatchObject({ code: 'RETRY_EXC_ERR' })
     }
-    expect(countResources('mr') - mrs, 'pages of atomic slots the PD registered').toBe(1)
+    expect(mrsOfPd() - mrs, 'pages of atomic slots the PD registered').toBe(1)
   })
 
   it('come back when their QP is closed (flushed): a PD keeps one page of slots however many time out', async () => {
-    const { pd, cq, remote, mrs } = await setup()
+    const { pd, cq, remote, mrs, mrsOfPd } = await setup()
     for (let round = 0; round < ROUNDS; round++) {
       // About 8 x 1.07 s before the device gives up: closed long before.
       const qp = await unanswered(pd, cq, { timeout: 18, retryCount: 7 })
@@ -240,6 +242,6 @@ describe('the result slots of atomics that timed out or were aborted', () => {
       expect(qp.outstanding, 'no completion yet: the close flushes them').toBe(PER_ROUND)
       qp.close()
     }
-    expect(countResources('mr') - mrs, 'pages of atomic slots the PD registered').toBe(1)
+    expect(mrsOfPd() - mrs, 'pages of atomic slots the PD registered').toBe(1)
   })
 })

@@ -13,6 +13,22 @@ export function countResources(kind: ResourceKind): number {
   return rows.filter((row) => row.pid === process.pid).length
 }
 
+/**
+ * Number of memory regions of the protection domain that holds the region
+ * with `lkey` (its pdn, as `rdma resource show mr` lists it): unlike a count
+ * of the process's MRs, regions of other PDs that the collector frees
+ * meanwhile (an earlier test file's garbage) do not move it.
+ */
+export function countMrsOfPd(lkey: number): number {
+  const out = execFileSync('rdma', ['-j', '-d', 'resource', 'show', 'mr'], { encoding: 'utf8', timeout: 30_000 })
+  const rows = (JSON.parse(out || '[]') as Array<{ pid?: number; lkey?: number | string; rkey?: number | string; pdn?: number }>).filter((row) => row.pid === process.pid)
+  // iproute2 prints the keys as hex without 0x ("f5e").
+  const key = (value: number | string | undefined): number => typeof value === 'string' ? parseInt(value, 16) : value ?? -1
+  const pdn = rows.find((row) => key(row.lkey) === lkey)?.pdn
+  if (pdn === undefined) throw new Error(`rdma resource show mr lists no region with lkey ${lkey} (${JSON.stringify(rows.slice(0, 3))})`)
+  return rows.filter((row) => row.pdn === pdn).length
+}
+
 export function countAll(): Record<'qp' | 'cq' | 'pd' | 'mr' | 'contexts', number> {
   return { qp: countResources('qp'), cq: countResources('cq'), pd: countResources('pd'), mr: countResources('mr'), contexts: openDeviceFiles() }
 }
