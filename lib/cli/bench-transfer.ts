@@ -91,8 +91,8 @@ function addressOf(deviceName: string | undefined): string {
   }
 }
 
-/** A small seeded generator (the layouts are random but repeatable). */
-function random(seed: number): () => number {
+/** A small seeded generator (the layouts are random but repeatable): test/rdma/scale.ts uses it too. */
+export function seededRandom(seed: number): () => number {
   let x = seed >>> 0 || 1
   return () => {
     x ^= x << 13; x >>>= 0
@@ -119,7 +119,7 @@ function randomSlots(n: number, count: number, next: () => number): Uint32Array 
  * as large (a decode server's free KV blocks).
  */
 export function kvLayout(blocks: number, blockSize: number, seed: number): { localOffsets: Float64Array; remoteOffsets: Float64Array } {
-  const next = random(seed)
+  const next = seededRandom(seed)
   const local = randomSlots(blocks, blocks, next)
   const remote = randomSlots(2 * blocks, blocks, next)
   const localOffsets = new Float64Array(blocks)

@@ -7,6 +7,7 @@ import { randomFillSync } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { performance } from 'node:perf_hooks'
 import { NativeMemory, TransferAgent, type BlockArrays, type Peer } from '../../dist/index.js'
+import { seededRandom } from '../../dist/cli/bench-transfer.js'
 
 export const KiB = 2 ** 10
 export const MiB = 2 ** 20
@@ -37,17 +38,6 @@ export function meminfo(field: 'MemTotal' | 'MemAvailable'): number {
   return Number(line.split(/\s+/)[1]) * 1024
 }
 
-/** A small seeded generator: the layout is random but repeatable. */
-function random(seed: number): () => number {
-  let x = seed >>> 0 || 1
-  return () => {
-    x ^= x << 13; x >>>= 0
-    x ^= x >>> 17
-    x ^= x << 5; x >>>= 0
-    return x / 2 ** 32
-  }
-}
-
 /**
  * `blocks` distinct slots of `range` as byte offsets, in random order, except
  * that the first `run` are the slots from `runSlot` on, in order.
@@ -73,7 +63,7 @@ function slots(range: SlotRange, blockSize: number, blocks: number, run: number,
 
 /** The blocks' offsets on both sides. */
 export function scaleLayout(c: ScaleConfig, seed = 26): { localOffsets: Float64Array; remoteOffsets: Float64Array } {
-  const next = random(seed)
+  const next = seededRandom(seed)
   // Locally the run straddles 2^32 when the range does; remotely it starts at a random slot.
   const localRunSlot = Math.max(0, Math.min(c.local.count - c.run, Math.floor((TWO_32 - c.local.base) / c.blockSize) - (c.run >> 1)))
   const remoteRunSlot = Math.floor(next() * (c.remote.count - c.run))
