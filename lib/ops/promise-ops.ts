@@ -59,14 +59,14 @@ export class PromiseOps<T extends AtomicTarget = AtomicTarget> extends RequestRi
   add(region: HeldRegion, verb: number): Promise<undefined> {
     const seq = this.claim(region, verb)
     this.#executorSlot = seq & this.mask
-    this.lastWrId = PROMISE_WR_ID_BASE + seq
+    this.lastWrId = this.wrIdBase + seq
     return new Promise(this.#executor) as Promise<undefined>
   }
 
   /** As add(), for an atomic whose value lands in `local` (`owned`: a slot of the PD's, given back once done). */
   addAtomic(local: T, owned: boolean, verb: number): Promise<bigint> {
     const promise = this.add(local.region, verb) as unknown as Promise<bigint>
-    const slot = (this.lastWrId - PROMISE_WR_ID_BASE) & this.mask
+    const slot = (this.lastWrId - this.wrIdBase) & this.mask
     this.#atomicLocals[slot] = local
     this.#ownedLocal[slot] = owned ? 1 : 0
     return promise

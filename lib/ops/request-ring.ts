@@ -1,11 +1,12 @@
 // Requests in flight without an object per request: a ring slot each (the
 // region it holds, its verb), indexed by the request's sequence number, which
-// its wr_id carries above the ring's base. The caller takes a send slot and a
+// its wr_id carries above the ring's base (its own span of ids: wr-ids.ts). The caller takes a send slot and a
 // CQ credit first, so at most `capacity` are in flight and slots never
 // collide. Base of the tagged path (TaggedOps) and of the promises' fast path
 // (PromiseOps); each says how a request is reported.
 import type { RdmaError } from '../core/errors.js'
 import { INFLIGHT, RELEASE, type HeldRegion } from './held-region.js'
+import { nextSequence, ringWrIdBase } from './wr-ids.js'
 
 /** What a ring needs of its QP. */
 export interface RingOwner {
@@ -24,9 +25,13 @@ export abstract class RequestRing {
   protected readonly verbs: Uint8Array
   /** Already reported (the CQ failed): its completion or abandonment is not reported again. */
   protected readonly reported: Uint8Array
+  /** The wr_id of sequence number 0: this ring's span in its range. */
+  readonly wrIdBase: number
   #next = 0
 
-  constructor(readonly owner: RingOwner, capacity: number, readonly wrIdBase: number) {
+  /** `range`: PROMISE_WR_ID_BASE or TAGGED_WR_ID_BASE. */
+  constructor(readonly owner: RingOwner, capacity: number, range: number) {
+    this.wrIdBase = ringWrIdBase(range)
     let size = 1
     while (size < capacity) size <<= 1
     this.mask = size - 1
@@ -38,7 +43,8 @@ export abstract class RequestRing {
 
   /** Records a request about to be posted; returns its sequence number (its slot is `seq & mask`, its wr_id `wrIdBase + seq`). */
   protected claim(region: HeldRegion, verb: number): number {
-    const seq = this.#next++
+    const seq = this.#next
+    this.#next = nextSequence(seq)
     const slot = seq & this.mask
     this.regions[slot] = region
     this.seqs[slot] = seq

@@ -37,7 +37,7 @@ export class TaggedOps extends RequestRing {
   add(region: HeldRegion, tag: number, verb: number): number {
     const seq = this.claim(region, verb)
     this.#tags[seq & this.mask] = tag
-    return TAGGED_WR_ID_BASE + seq
+    return this.wrIdBase + seq
   }
 
   /** CompletionQueue dispatch: the completion of a tagged request. */

@@ -4,7 +4,7 @@
 // and delivered after it, in order.
 import { describe, expect, it } from 'vitest'
 import { TAGGED_VERBS, TaggedOps } from '../../lib/ops/tagged-ops.js'
-import { TAGGED_WR_ID_BASE } from '../../lib/ops/wr-ids.js'
+import { PROMISE_WR_ID_BASE, RING_GENERATIONS, RING_SEQUENCES, TAGGED_WR_ID_BASE, nextSequence } from '../../lib/ops/wr-ids.js'
 import { CompletionDispatch } from '../../lib/ops/dispatch.js'
 import { fakeRegion } from './fake-region.js'
 import { RdmaError } from '../../lib/core/errors.js'
@@ -94,5 +94,30 @@ describe('TaggedOps', () => {
     await Promise.resolve()
     expect(reports).toEqual([[1, undefined], [2, undefined], [3, undefined]])
     expect(dispatch.reportsHeld).toBe(false)
+  })
+
+  it('never takes a wr_id of another ring (a destroyed QP whose number a new QP got, on the same CQ) as its own', () => {
+    // Completions are routed by QP number: one left in the CQ by a destroyed
+    // QP reaches the new QP's ring, which must not settle a request with it.
+    const old = setup(4)
+    const fresh = setup(4)
+    const stale = old.ops.add(old.region, 1, WRITE)
+    const id = fresh.ops.add(fresh.region, 2, READ)
+    fresh.ops.complete(fresh.entry(stale, 10)) // REM_ACCESS_ERR, from the old QP
+    expect(fresh.reports).toEqual([])
+    expect(fresh.owner.failures).toEqual([])
+    fresh.ops.complete(fresh.entry(id))
+    expect(fresh.reports).toEqual([[2, undefined]])
+  })
+
+  it('gives each ring its own id range: a sequence wraps at 2^32 inside it, and the last range stays below 2^53', () => {
+    expect(nextSequence(0)).toBe(1)
+    expect(nextSequence(RING_SEQUENCES - 1)).toBe(0)
+    const a = setup(4).ops.wrIdBase
+    const b = setup(4).ops.wrIdBase
+    expect(Math.abs(b - a)).toBeGreaterThanOrEqual(RING_SEQUENCES)
+    for (const base of [PROMISE_WR_ID_BASE, TAGGED_WR_ID_BASE]) {
+      expect(base + (RING_GENERATIONS - 1) * RING_SEQUENCES + RING_SEQUENCES - 1).toBeLessThan(base * 2)
+    }
   })
 })

@@ -41,7 +41,7 @@ describe('PromiseOps', () => {
     for (let lap = 0; lap < 50; lap++) {
       const promises = [watch(ops.add(region, TAGGED_WRITE)), watch(ops.add(region, TAGGED_READ))]
       const ids = [ops.lastWrId - 1, ops.lastWrId]
-      expect(ids[0]).toBe(PROMISE_WR_ID_BASE + 2 * lap)
+      expect(ids[0]).toBe(ops.wrIdBase + 2 * lap)
       expect(region.inflight).toBe(2)
       expect(await promises[0]!.now()).toBe('pending')
       for (const id of ids) ops.complete(entry(id))
