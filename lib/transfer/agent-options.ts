@@ -7,6 +7,7 @@ import type { SegmentRights } from './segments.js'
 import type { PeerStats } from './stats.js'
 import type { TransportKind, TransportOption } from './transport.js'
 import type { TransferProgressListener } from './run.js'
+import type { AdmissionOptions } from './admission.js'
 import type { MetadataSetting, MetadataStateEvent, PeerLeftEvent, PeerRecord } from './metadata/index.js'
 
 export interface TransferAgentOptions {
@@ -53,6 +54,15 @@ export interface TransferAgentOptions {
    * 14 = 67 ms). See docs/transfer.md ("Retransmission") before lowering it.
    */
   ackTimeout?: number
+  /**
+   * Who may connect (default: every agent that speaks the protocol). `secret`:
+   * peers must prove they hold the same one (a challenge-response in the
+   * handshake; the secret never travels), and this agent connects only to
+   * agents that prove it too. `allow`: the names of the peers admitted when
+   * they connect here. A refused peer gets ERR_PEER_REFUSED and never sees a
+   * segment. See docs/transfer.md, "Who may connect".
+   */
+  admission?: AdmissionOptions
   /** Bound on the handshake with a peer (default 10000 ms). */
   handshakeTimeoutMs?: number
   /**

@@ -7,6 +7,7 @@ import { MAX_QPS } from './link.js'
 import type { TransferProgressListener } from './run.js'
 import type { TransferAgentOptions } from './agent-options.js'
 import { TRANSPORT_OPTIONS, type TransportKind } from './transport.js'
+import { admissionSettings, type Admission } from './admission.js'
 
 export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
 
@@ -64,6 +65,7 @@ export interface AgentSettings {
   batchWrs: number
   ackTimeout: number
   pollMode: 'event' | 'busy'
+  admission: Admission | undefined
 }
 
 /** `device`: the RDMA device (slices never exceed its max message size); none for TCP. */
@@ -79,6 +81,7 @@ export function agentSettings(options: TransferAgentOptions, device: Device | un
     batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
     ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),
     pollMode: oneOf(options.pollMode, 'options.pollMode', ['event', 'busy'] as const, 'event'),
+    admission: admissionSettings(options.admission),
   }
 }
 

@@ -73,7 +73,7 @@ export class TransferAgent extends EventEmitter {
     this.#stallMs = settings.stallMs
     this.#handshakeMs = settings.handshakeMs
     const links = {
-      agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode,
+      agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode, admission: settings.admission,
       table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
     }
     this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs) : new TcpTransport(links, this.#handshakeMs)

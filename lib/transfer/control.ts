@@ -9,6 +9,7 @@ import { bounded } from '../cm/index.js'
 import type { WaitOptions } from '../core/validate.js'
 import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import type { SegmentEntry } from './segments.js'
+import { refusedByPeer, type ProofMessage, type RefusedMessage } from './admission.js'
 
 /** Version of the messages below and of the notices (2: notifications on the data QPs); a peer that speaks another is refused. */
 export const PROTOCOL = 2
@@ -46,7 +47,9 @@ export const MAX_NOTIFICATION_BYTES = 1024
 /** Receives kept posted on the control QP. */
 const RECEIVES = 32
 
-export interface HelloMessage { t: 'hello' | 'welcome'; p: number; agent: string; name: string; qps: QpEndpoint[] }
+/** Admission fields (admission.ts): the hello's nonce when the connecting side holds a secret; the welcome's nonce and proof when the listening side does. */
+export interface AdmissionFields { nonce?: string; proof?: string }
+export interface HelloMessage extends AdmissionFields { t: 'hello' | 'welcome'; p: number; agent: string; name: string; qps: QpEndpoint[] }
 /** Segments added (the first table goes in chunks; `end` marks its last one). */
 export interface AddMessage { t: 'add'; v: number; seg: SegmentEntry[]; end: boolean }
 export interface WithdrawMessage { t: 'del'; v: number; name: string }
@@ -57,8 +60,8 @@ export interface NotifyMessage { t: 'n'; s?: string; b?: string; u?: 1 }
 /** Several messages sent together, handled in order. */
 export interface ListMessage { t: 'm'; list: ControlMessage[] }
 /** The TCP link's hello (tcp/link.ts): lanes instead of QP endpoints; `want` asks for one incarnation. */
-export interface TcpHelloMessage { t: 'hello' | 'welcome'; p: number; tcp: 1; agent: string; name: string; lanes: number; want?: string }
-export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | ReleasedMessage | NotifyMessage | ListMessage
+export interface TcpHelloMessage extends AdmissionFields { t: 'hello' | 'welcome'; p: number; tcp: 1; agent: string; name: string; lanes: number; want?: string }
+export type ControlMessage = HelloMessage | TcpHelloMessage | AddMessage | WithdrawMessage | ReleasedMessage | NotifyMessage | ListMessage | ProofMessage | RefusedMessage
 
 /**
  * What the link needs of its control connection: in-order JSON messages both
@@ -140,9 +143,10 @@ export class ControlInbox {
     this.#onFailure(this.#failure)
   }
 
-  /** The next message (during the handshake), which must be of type `type`. */
+  /** The next message (during the handshake), which must be of type `type` (a 'refused' one: ERR_PEER_REFUSED). */
   async expect<T extends ControlMessage>(type: T['t'], timeoutMs: number): Promise<T> {
     const message = await this.#next(timeoutMs)
+    if (typeof message === 'object' && message !== null && message.t === 'refused' && type !== 'refused') throw refusedByPeer(message.why)
     if (typeof message !== 'object' || message === null || message.t !== type) {
       throw protocolError(`Expected a '${type}' message from the peer, got ${JSON.stringify(message)?.slice(0, 100)}`)
     }

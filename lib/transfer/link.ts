@@ -18,6 +18,7 @@ import type { TransferRun } from './run.js'
 import { NOTICE_RECEIVES, NoticeInbox } from './notices.js'
 import { NoticeSender } from './notice-sender.js'
 import type { AgentLinkSettings } from './transport.js'
+import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from './admission.js'
 
 /** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
 export interface LinkSettings extends AgentLinkSettings {
@@ -267,15 +268,20 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     }
     throw error
   }
+  const gate = new ConnectorGate(settings.admission, 'rdma', settings)
   return handshake(conn, settings, left, async (inbox, open) => {
     const data = open(settings.qps)
-    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
+    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()), ...gate.hello() } satisfies HelloMessage, { timeoutMs: left() })
     const welcome = await inbox.expect<HelloMessage>('welcome', left())
     checkHello(welcome, settings.qps)
     // A peer that did not check the incarnation itself (it answered anyway): refused here.
     if (incarnation !== undefined && welcome.agent !== incarnation) throw staleError(host, port, incarnation, welcome.agent)
+    // With a secret: the listener proved it, or nothing more is sent (its QPs are never connected to).
+    const answer = gate.answer(welcome, `${host}:${port}`)
+    if (answer instanceof Refusal) return refuse(conn, answer, left())
     for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!, { timeout: settings.ackTimeout })
     data.notices.start() // before this side's table goes: the peer sends nothing before it has that
+    if (answer) await conn.sendJson(answer satisfies ProofMessage, { timeoutMs: left() })
     return welcome
   })
 }
@@ -299,10 +305,31 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   return handshake(conn, settings, left, async (inbox, open) => {
     const hello = await inbox.expect<HelloMessage>('hello', left())
     checkHello(hello, undefined)
+    const gate = new ListenerGate(settings.admission, 'rdma', settings, hello)
+    const early = gate.atHello()
+    if (early) return refuse(conn, early, left()) // before any QP is made
     const data = open(hello.qps.length)
-    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
-    data.notices.start() // before the welcome: the peer sends nothing before it has that
-    await conn.sendJson({ t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()) } satisfies HelloMessage, { timeoutMs: left() })
+    const connectData = async () => {
+      for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
+      data.notices.start() // before the welcome (or the table): the peer sends nothing before it has that
+    }
+    const welcome = { t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()), ...gate.welcome() } satisfies HelloMessage
+    if (!gate.proving) {
+      await connectData()
+      await conn.sendJson(welcome, { timeoutMs: left() })
+      return hello
+    }
+    // The peer must prove the secret first: until then its QPs are not connected to (a QP short of RTR answers nothing) and the table waits.
+    await conn.sendJson(welcome, { timeoutMs: left() })
+    const refusal = gate.checkProof(await inbox.expect<ProofMessage>('proof', left()))
+    if (refusal) return refuse(conn, refusal, left())
+    await connectData()
     return hello
   })
+}
+
+/** Tells the peer why it is refused (best effort: it may be gone), then fails the handshake with the refusal. */
+export async function refuse(conn: ControlChannel, refusal: Refusal, timeoutMs: number): Promise<never> {
+  await conn.sendJson(refusal.message, { timeoutMs }).catch(() => undefined)
+  throw refusal.error
 }

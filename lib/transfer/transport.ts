@@ -8,6 +8,7 @@ import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { RegisterableMemory } from '../verbs/memory.js'
 import type { Link } from './link.js'
 import type { SegmentEntry, SegmentMemory, SegmentRights } from './segments.js'
+import type { Admission } from './admission.js'
 
 /** How an agent moves bytes: RDMA verbs, or a TCP socket (no device). */
 export type TransportKind = 'rdma' | 'tcp'
@@ -27,6 +28,8 @@ export interface AgentLinkSettings {
   pollMode: 'event' | 'busy'
   /** A snapshot of the local table, taken when it is sent. */
   table: () => { entries: SegmentEntry[]; version: number }
+  /** Who may connect (options.admission, checked); undefined: every agent. */
+  admission: Admission | undefined
 }
 
 export interface Transport {

@@ -5,7 +5,8 @@
 import { connect as netConnect, type Socket } from 'node:net'
 import { RdmaError } from '../../core/errors.js'
 import { ControlInbox, PROTOCOL, protocolError, staleError, type TcpHelloMessage as TcpHello } from '../control.js'
-import { exchangeTables, Link, MAX_QPS } from '../link.js'
+import { exchangeTables, Link, MAX_QPS, refuse } from '../link.js'
+import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from '../admission.js'
 import { RemoteTable } from '../segments.js'
 import type { AgentLinkSettings } from '../transport.js'
 import { TcpChannel, TcpLane, connectionLost } from './channel.js'
@@ -65,13 +66,18 @@ export async function connectTcpLink(settings: TcpLinkSettings, host: string, po
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const channel = new TcpChannel(await dial(host, port, timeoutMs, signal), settings.lookup)
+  const gate = new ConnectorGate(settings.admission, 'tcp', settings)
   return handshake(channel, settings, left, async (inbox) => {
-    const hello: TcpHello = { t: 'hello', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: settings.qps, ...(incarnation !== undefined ? { want: incarnation } : {}) }
+    const hello: TcpHello = { t: 'hello', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: settings.qps, ...(incarnation !== undefined ? { want: incarnation } : {}), ...gate.hello() }
     await channel.sendJson(hello, { timeoutMs: left() })
     const welcome = await inbox.expect<TcpHello>('welcome', left())
     checkHello(welcome, settings.qps)
     if (incarnation !== undefined && welcome.agent !== incarnation) throw staleError(host, port, incarnation, welcome.agent)
+    // With a secret: the listener proved it, or this side serves it nothing and sends it no table.
+    const answer = gate.answer(welcome, `${host}:${port}`)
+    if (answer instanceof Refusal) return refuse(channel, answer, left())
     channel.open()
+    if (answer) await channel.sendJson(answer satisfies ProofMessage, { timeoutMs: left() })
     return welcome
   })
 }
@@ -84,14 +90,25 @@ export function acceptTcpLink(settings: TcpLinkSettings, socket: Socket, timeout
   return handshake(channel, settings, left, async (inbox) => {
     const hello = await inbox.expect<TcpHello>('hello', left())
     checkHello(hello, undefined)
-    const welcome: TcpHello = { t: 'welcome', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: hello.lanes }
     if (hello.want !== undefined && hello.want !== settings.agent) {
       // The peer dialed an earlier incarnation of this agent: it hears which one is here, and is refused.
-      await channel.sendJson(welcome, { timeoutMs: left() }).catch(() => undefined)
+      await channel.sendJson({ t: 'welcome', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: hello.lanes } satisfies TcpHello, { timeoutMs: left() }).catch(() => undefined)
       throw new RdmaError(`A peer asked for incarnation ${hello.want} of this agent (this is ${settings.agent}); refused as stale`, { code: 'ERR_STALE_PEER' })
     }
-    channel.open()
+    const gate = new ListenerGate(settings.admission, 'tcp', settings, hello)
+    const early = gate.atHello()
+    if (early) return refuse(channel, early, left())
+    const welcome: TcpHello = { t: 'welcome', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: hello.lanes, ...gate.welcome() }
+    if (!gate.proving) {
+      channel.open()
+      await channel.sendJson(welcome, { timeoutMs: left() })
+      return hello
+    }
+    // The peer must prove the secret first: until then a data frame of it fails the link, and the table waits.
     await channel.sendJson(welcome, { timeoutMs: left() })
+    const refusal = gate.checkProof(await inbox.expect<ProofMessage>('proof', left()))
+    if (refusal) return refuse(channel, refusal, left())
+    channel.open()
     return hello
   }).catch((error: unknown) => {
     throw (error as RdmaError)?.code === 'ERR_CLOSED' ? connectionLost('The peer closed the connection during the handshake', error) : error
