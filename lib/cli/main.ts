@@ -17,8 +17,10 @@ const USAGE = `usage: node-ibverbs COMMAND
                                    checks this machine end to end and says what to fix
                                    (exit code 1 when a check fails)
   bench TEST [--size N] [--iters N] [--poll event|busy] [--batch] [--tx-depth N]
-             [--device NAME] [--json]
-                                   one of our benchmarks (perftest-like), our side only
+             [--warm-s N | --cold] [--device NAME] [--json]
+                                   one of our benchmarks (perftest-like), our side only;
+                                   runs untimed for --warm-s seconds first (default 5:
+                                   V8 optimizes over the first seconds), --cold: no warm-up
                                    TEST: write_bw read_bw send_bw atomic_fadd_bw atomic_cas_bw
                                          write_lat read_lat send_lat
   bench transfer [--op write|read] [--blocks N] [--block-size N] [--qps N] [--repeat N]
@@ -199,7 +201,7 @@ function positiveInt(flags: Flags['flags'], k: string, d: number): number {
 
 async function bench(argv: string[]): Promise<void> {
   if (argv[0] === 'transfer') return benchTransfer(argv.slice(1))
-  const { positional, flags } = parse(argv, new Set(['size', 'iters', 'poll', 'tx-depth', 'device', 'batch-size']))
+  const { positional, flags } = parse(argv, new Set(['size', 'iters', 'poll', 'tx-depth', 'device', 'batch-size', 'warm-s']))
   const { TESTS, runBench } = await import('./bench.js')
   const test = positional[0]
   if (!test || !(TESTS as readonly string[]).includes(test)) throw new CliError(`bench: TEST must be one of ${TESTS.join(', ')}\n\n${USAGE}`, 2)
@@ -209,6 +211,8 @@ async function bench(argv: string[]): Promise<void> {
   const isBw = test.endsWith('_bw')
   const size = num('size', isBw ? 65536 : 2)
   const iters = num('iters', isBw ? 5000 : 1000)
+  // Warm by default, as bench/ does: V8 optimizes in the background over the first seconds.
+  const warmSeconds = flags.has('cold') ? 0 : num('warm-s', 5)
   const bar = progressBar(`${test} ${size} B`)
   const device = flags.get('device')
   let result
@@ -217,6 +221,7 @@ async function bench(argv: string[]): Promise<void> {
       test: test as never, size, iters, poll, batch: flags.has('batch'), txDepth: num('tx-depth', 128),
       batchSize: flags.has('batch-size') ? num('batch-size', 32) : undefined,
       device: typeof device === 'string' ? device : undefined,
+      warmupMs: warmSeconds * 1000,
       progress: (f) => bar.update(f),
     })
   } catch (error) {
@@ -225,19 +230,25 @@ async function bench(argv: string[]): Promise<void> {
   }
   bar.done()
   if (flags.has('json')) {
-    console.log(JSON.stringify({ ...result, poll, batch: flags.has('batch') }, null, 2))
+    console.log(JSON.stringify({ ...result, poll, batch: flags.has('batch'), warmupSeconds: warmSeconds }, null, 2))
   } else if (result.kind === 'bw') {
+    console.log(warmNote(warmSeconds))
     console.log(table([
       ['#bytes', '#iterations', 'BW average[MB/sec]', 'MsgRate[Mpps]', 'poll', 'batch'],
       [String(result.size), String(result.iters), result.mbPerSec.toFixed(2), result.mpps.toFixed(6), poll, flags.has('batch') ? 'yes' : 'no'],
     ]))
   } else {
+    console.log(warmNote(warmSeconds))
     const f = (v: number) => v.toFixed(2)
     console.log(table([
       ['#bytes', '#iterations', 't_min[usec]', 't_max[usec]', 't_typical[usec]', 't_avg[usec]', '99% percentile[usec]', '99.9% percentile[usec]', 'poll'],
       [String(result.size), String(result.iters), f(result.tMin), f(result.tMax), f(result.tTypical), f(result.tAvg), f(result.p99), f(result.p999), poll],
     ]))
   }
+}
+
+function warmNote(seconds: number): string {
+  return seconds > 0 ? `# warmed up for ${seconds} s before timing (--cold: a fresh process)` : '# cold: timed from a fresh process, no warm-up'
 }
 
 async function benchTransfer(argv: string[]): Promise<void> {
