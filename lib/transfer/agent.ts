@@ -59,6 +59,8 @@ export class TransferAgent extends EventEmitter {
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
   readonly #releases = new Releases()
+  /** Handshakes under way by name or record, by the incarnation dialed. */
+  readonly #connecting = new Map<string, Promise<Peer>>()
   #registry: EtcdRegistry | undefined
   #closed = false
 
@@ -227,10 +229,20 @@ export class TransferAgent extends EventEmitter {
     this.#needRegistry(record)
     const existing = this.#peers.get(record.incarnation)
     if (existing?.link?.healthy) return existing
-    const link = await this.#dial(record, wait)
-    const peer = this.#adopt(link, undefined)
-    peer.byName = true
-    return peer
+    // One handshake per incarnation at a time: a second link would replace the first on both sides, and a
+    // write that completed on the first would lose its notification (the peer drops the replaced link's).
+    let connecting = this.#connecting.get(record.incarnation)
+    if (!connecting) {
+      connecting = (async () => {
+        const link = await this.#dial(record, wait)
+        const peer = this.#adopt(link, undefined)
+        peer.byName = true
+        return peer
+      })().finally(() => this.#connecting.delete(record.incarnation))
+      this.#connecting.set(record.incarnation, connecting)
+      return connecting
+    }
+    return bounded(connecting, 'connect', wait)
   }
 
   /** A link to the incarnation `record` names, at its (first) address. */

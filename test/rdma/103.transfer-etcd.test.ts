@@ -6,7 +6,8 @@
 // incarnation, the old endpoint is refused with ERR_STALE_PEER and the handle
 // reconnects on its next transfer; etcd killed mid-transfer: the established
 // link completes every byte, lookups of unknown peers fail coded, and the
-// agents register again when etcd is back (without its data).
+// agents register again when etcd is back (without its data); concurrent
+// connects by name share one handshake (one link, no notification lost).
 import { afterAll, beforeAll, describe, expect } from 'vitest'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
@@ -21,7 +22,7 @@ const SIZE = 4 << 20
 const BLOCK = 4096
 const it = needs(etcdBinary() ? undefined : "etcd is not installed (Debian's etcd-server: bash scripts/softroce.sh provision)")
 
-interface Child { process: ChildProcess; port: number; incarnation: string; sum: (offset: number, length: number) => Promise<number>; stop: () => Promise<void> }
+interface Child { process: ChildProcess; port: number; incarnation: string; sum: (offset: number, length: number) => Promise<number>; notices: () => Promise<string[]>; stop: () => Promise<void> }
 
 const children = new Set<Child>()
 
@@ -52,6 +53,14 @@ function startChild(name: string, port = 0): Promise<Child> {
         const reply = nextLine()
         child.stdin!.write(`sum ${offset} ${length}\n`)
         return Number((await within(reply, 30_000, 'the child\'s checksum')).split(' ')[1])
+      },
+      notices: async () => {
+        const reply = nextLine()
+        child.stdin!.write('notices\n')
+        const [, count, list] = (await within(reply, 30_000, 'the child\'s notices')).split(' ')
+        const messages = list ? list.split(',') : []
+        expect(messages).toHaveLength(Number(count))
+        return messages
       },
       stop: () => new Promise<void>((done) => {
         children.delete(handle)
@@ -143,6 +152,26 @@ describe('transfer agents on etcd', () => {
     const unknown = await within(agent.connect('nobody').catch((e) => e), 10_000, 'connect to nobody')
     expect(unknown.code).toBe('ERR_PEER_UNKNOWN')
     // The child sees this agent too (its watch).
+    await child.stop()
+  }, 180_000)
+
+  it('concurrent connect(name) calls to a peer not yet connected share one handshake: one link, and every notified write is notified', async () => {
+    const joined = next<PeerRecord>(agent, 'peerJoined', (r) => r.name === 'decode-5', 60_000, 'decode-5 joined')
+    const child = await startChild('decode-5')
+    await joined // in the view: every connect below finds the record there at once
+    // As a router's requests do: each connects by name, then writes with a notification, all at once.
+    const peers = await within(Promise.all([0, 1, 2, 3].map(() => agent.connect('decode-5', { timeoutMs: 30_000 }))), 35_000, 'four connects by name')
+    expect(new Set(peers).size).toBe(1)
+    const peer = peers[0]!
+    await within(Promise.all(peers.map((p, i) => agent.write(p, blocks.slice(i * 8, i * 8 + 8), { notify: `w${i}`, timeoutMs: 30_000 }))), 35_000, 'four notified writes')
+    // A second link to the same agent replaced the first on both sides: a write that completed on the first lost its notification.
+    expect(peer.stats().reconnects, 'links made after the first').toBe(0)
+    let notices: string[] = []
+    for (const deadline = Date.now() + 10_000; notices.length < 4 && Date.now() < deadline;) {
+      notices = await child.notices()
+      if (notices.length < 4) await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    expect(notices.sort(), 'the notifications the peer got').toEqual(['w0', 'w1', 'w2', 'w3'])
     await child.stop()
   }, 180_000)
 

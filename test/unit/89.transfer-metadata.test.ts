@@ -7,6 +7,8 @@
 // agents (the agent-level tests are test/rdma/103).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { randomUUID } from 'node:crypto'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { thrown } from './thrown.js'
 import { needs } from '../rdma/needs.js'
 import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
@@ -307,6 +309,41 @@ describe('the registry on a real etcd', () => {
       etcd!.resume()
     }
     await a.until(() => a.registry.state === 'registered', 10_000, 'a registered again')
+  })
+
+  test('a lease that expires between its grant and the put (a starved process) is taken again: open() registers', async () => {
+    // In front of the real etcd: the first put under a lease finds that lease gone, as when the process
+    // was starved for longer than the TTL between the two requests (seen with 5 agents starting in a 2-core guest).
+    let revoked = 0
+    const proxy = createServer((req, res) => {
+      let body = ''
+      req.on('data', (chunk) => { body += chunk })
+      req.on('end', () => void (async () => {
+        const lease = req.url === '/v3/kv/put' ? (JSON.parse(body) as { lease?: string }).lease : undefined
+        if (lease && revoked++ === 0) await fetch(`${etcd!.endpoint}/v3/lease/revoke`, { method: 'POST', body: JSON.stringify({ ID: lease }) })
+        // Streamed (the watch is one long answer), and dropped when the registry hangs up.
+        const upstream = new AbortController()
+        res.on('close', () => upstream.abort())
+        const answer = await fetch(`${etcd!.endpoint}${req.url}`, { method: 'POST', body, signal: upstream.signal })
+        res.writeHead(answer.status, { 'content-type': 'application/json' })
+        for await (const chunk of answer.body!) res.write(chunk)
+        res.end()
+      })().catch(() => res.destroy()))
+    })
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+    try {
+      const a = await new Agent('decode-5').open(`http://127.0.0.1:${(proxy.address() as AddressInfo).port}`)
+      opened.push(a)
+      expect(revoked).toBeGreaterThan(1) // the first put failed, a second one was made
+      expect(a.registry.state).toBe('registered')
+      const client = new EtcdClient(metadataSettings([etcd!.endpoint]).endpoints, 1000)
+      const { kvs } = await client.range(`/test-${prefix}/agents/decode-5`)
+      client.close()
+      expect(kvs[0]?.lease, 'the record, under a live lease').toBeTruthy()
+      expect(kvs[0]!.lease).not.toBe('0')
+    } finally {
+      proxy.close()
+    }
   })
 
   withEtcd('opening against an etcd that is not there fails with ERR_METADATA_UNAVAILABLE within the request bound', async () => {

@@ -1,5 +1,5 @@
 // Cluster metadata: agents publish themselves in etcd (a record per agent,
-// held by a lease) and watch the others; see docs/transfer.md, "Cluster metadata".
+// held by a lease) and watch the others; see docs/cluster.md.
 export { EtcdRegistry } from './registry.js'
 export type { MetadataState, MetadataStateEvent, PeerLeftEvent, PeerLeftReason, RegistryEvents, SelfRecord } from './registry.js'
 export { metadataSettings, METADATA_DEFAULTS } from './options.js'

@@ -57,6 +57,14 @@ export interface SelfRecord {
 /** Retries while etcd is away: often enough to be back within a second of it. */
 const RETRY_MS = 1000
 
+/** Grants before registration gives up on leases that expire before their put. */
+const LEASE_ATTEMPTS = 3
+
+/** etcd refused a put because its lease is gone (gRPC NOT_FOUND, "requested lease not found"). */
+function leaseNotFound(error: unknown): boolean {
+  return (error as { grpcCode?: number }).grpcCode === 5 && /lease not found/.test((error as Error).message)
+}
+
 export class EtcdRegistry {
   readonly settings: MetadataSettings
   readonly #client: EtcdClient
@@ -187,9 +195,21 @@ export class EtcdRegistry {
    * A new lease and the record under it. At start (`takeOver`) the record
    * replaces whatever is there: a restarted agent takes its name back at
    * once. Later (etcd lost the lease) only a missing key or this
-   * incarnation's own is overwritten.
+   * incarnation's own is overwritten. A lease that expired before the put
+   * reached etcd (the process starved for longer than the TTL between the
+   * two requests) is taken again, a few times.
    */
   async #register(takeOver: boolean): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#registerOnce(takeOver)
+      } catch (error) {
+        if (attempt >= LEASE_ATTEMPTS || !leaseNotFound(error)) throw error
+      }
+    }
+  }
+
+  async #registerOnce(takeOver: boolean): Promise<void> {
     const lease = await this.#client.grant(this.settings.ttlSeconds)
     try {
       const value = this.#value()
