@@ -606,6 +606,9 @@ describe('fuzzing the transfer engine and the lock table', () => {
     await collectGarbage()
     await new Promise((resolve) => setTimeout(resolve, 500))
     await collectGarbage()
-    expect(resources()).toEqual(before)
+    // At most as many as before, per kind: an earlier file's garbage collected meanwhile lowers a count, a leak of this file raises it.
+    const after = resources()
+    console.log(`fuzz-engine: RDMA resources of this process before ${JSON.stringify(before)}, after ${JSON.stringify(after)}`)
+    for (const kind of RESOURCES) expect(after[kind], kind).toBeLessThanOrEqual(before[kind]!)
   }, 120_000)
 })
