@@ -4,6 +4,12 @@
 // or fails with an Error that has a string `code`; nothing crashes; every
 // promise settles once its objects are closed (bounded by a watchdog); no
 // RDMA handle of this process survives the run (`rdma resource show`).
+// Also tagged operations (handlers that poll, post and close from inside),
+// recvMany, cq.poll and rdma_cm (listen/connect/accept/reject/disconnect on
+// the rxe address, in this process). Where one argument is hostile and the
+// others valid, the refusal must carry the code fuzz-codes.ts derives for
+// that argument, in the call's own precedence (a mismatch fails the run).
+// 107.fuzz-engine.test.ts does the same for TransferAgent and RemoteLockTable.
 //
 // Replay a failure: FUZZ_SEED=<seed> [FUZZ_PATH=<path>] with the same file.
 // FUZZ_RUNS / FUZZ_ACTIONS change the size (calls = runs x actions); FUZZ_TRACE=1
