@@ -1,7 +1,8 @@
 // Argument checks with one message shape: "Expected X for Y but received Z".
 type CodedError = Error & { code: string }
 
-function describe(value: unknown): string {
+/** A value as an error message shows it (never throws: bigints, symbols, null-prototype objects too). */
+export function describeValue(value: unknown): string {
   if (value === null) return 'null'
   if (typeof value === 'string') return `'${value.length > 40 ? value.slice(0, 40) + '…' : value}'`
   if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return `${String(value)}${typeof value === 'bigint' ? 'n' : ''}`
@@ -11,11 +12,11 @@ function describe(value: unknown): string {
 }
 
 export function typeError(expected: string, name: string, value: unknown): CodedError {
-  return Object.assign(new TypeError(`Expected ${expected} for ${name} but received ${describe(value)}`), { code: 'ERR_INVALID_ARG_TYPE' })
+  return Object.assign(new TypeError(`Expected ${expected} for ${name} but received ${describeValue(value)}`), { code: 'ERR_INVALID_ARG_TYPE' })
 }
 
 export function rangeError(expected: string, name: string, value: unknown): CodedError {
-  return Object.assign(new RangeError(`Expected ${expected} for ${name} but received ${describe(value)}`), { code: 'ERR_OUT_OF_RANGE' })
+  return Object.assign(new RangeError(`Expected ${expected} for ${name} but received ${describeValue(value)}`), { code: 'ERR_OUT_OF_RANGE' })
 }
 
 /** A message over what its channel holds: a RangeError (as before it had a code) with code ERR_MESSAGE_TOO_LARGE. */

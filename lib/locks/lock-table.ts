@@ -134,12 +134,14 @@ export class RemoteLockTable {
 
   /** Gives the lock back: CAS(word -> 0). ERR_LOCK_LOST if the word is no longer ours (the lease ran out and it was stolen). */
   async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
+    object(grant, 'grant')
     const before = await this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, FREE, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
     if (before !== grant.word) throw lost(grant, before, 'release')
   }
 
   /** Extends the lease: CAS(word -> owner|next epoch), which restarts every waiter's count. Same token. */
   async renew(grant: LockGrant, options: LockWaitOptions = {}): Promise<LockGrant> {
+    object(grant, 'grant')
     this.#epoch = nextEpoch(this.#epoch)
     const word = heldWord(this.owner, this.#epoch)
     const leaseStart = performance.now()

@@ -325,6 +325,11 @@ export class TransferAgent extends EventEmitter {
     if (!this.#closed) this.emit('peerLost', { peer, error: coded })
   }
 
+  /** Throws ERR_INVALID_ARG_TYPE unless `peer` is a Peer of this agent (a closed one is no longer). */
+  #assertPeer(peer: Peer): void {
+    if (!(peer instanceof Peer) || this.#peers.get(peer.id) !== peer) throw typeError('a Peer of this agent', 'peer', peer)
+  }
+
   /**
    * The peer's link, fresh if the last one failed: a peer reached by name is
    * looked up again (a restarted one is reached at its new incarnation), one
@@ -333,7 +338,7 @@ export class TransferAgent extends EventEmitter {
    */
   async #linkOf(peer: Peer, wait: WaitOptions): Promise<Link> {
     this.#assertOpen()
-    if (!(peer instanceof Peer) || this.#peers.get(peer.id) !== peer) throw typeError('a Peer of this agent', 'peer', peer)
+    this.#assertPeer(peer)
     if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
     if (peer.link?.healthy) return peer.link
     const address = peer.address
@@ -402,7 +407,7 @@ export class TransferAgent extends EventEmitter {
    * peer gets them all unless `onRestart` says otherwise); fails with a TransferError over the original blocks.
    */
   resume(failed: TransferError, options: ResumeOptions = {}): Promise<ResumeResult> {
-    return resume(this, failed, options, (op, peer, select, o) => this.#transfer(op, peer, select, o))
+    return resume(this, failed, options, (op, peer, select, o) => this.#transfer(op, peer, select, o, true))
   }
 
   /** Sends a notification alone (ordered with those of transfers). */
@@ -418,6 +423,7 @@ export class TransferAgent extends EventEmitter {
 
   /** Checks blocks once (segments, rights, bounds), coalesces and slices them; run() posts them. */
   prepare(peer: Peer, op: TransferOp, blocks: Blocks): TransferPlan {
+    this.#assertPeer(peer)
     oneOf(op, 'op', ['read', 'write'] as const)
     const link = peer.link
     if (!link?.healthy) throw new RdmaError(`Peer ${peer.name} is not connected (${peer.state}); prepare after a transfer reconnected it`, { code: 'ERR_PEER_GONE' })
@@ -440,17 +446,18 @@ export class TransferAgent extends EventEmitter {
     })
   }
 
-  /** `blocks` as given, or chosen once the link is there (resume: by the peer's incarnation; none: nothing to post). */
-  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions): Promise<TransferResult | undefined> {
+  /** `blocks` as given, or (resume: `selected`) chosen once the link is there by the peer's incarnation (none: nothing to post). */
+  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions, selected = false): Promise<TransferResult | undefined> {
     const o = optionalObject(options, 'options')
     const wait = this.#bounded(o)
     const progress = progressOptions(o, this.#stallMs)
     const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
     const started = Date.now()
     const link = await this.#linkOf(peer, wait)
-    const chosen = typeof blocks === 'function' ? blocks(link.peerAgent) : blocks
-    if (!chosen) return undefined
-    const plan = checkBlocks(op, chosen, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    // A caller's blocks are always checked (a function or a falsy value is refused there); resume's selector may choose none.
+    const chosen = selected && typeof blocks === 'function' ? blocks(link.peerAgent) : blocks as Blocks
+    if (selected && chosen === undefined) return undefined
+    const plan = checkBlocks(op, chosen as Blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
     return launch(peer, link, plan, notify, wait, progress, (error) => this.#linkFailed(peer, link, error))
   }
@@ -478,6 +485,8 @@ export class TransferAgent extends EventEmitter {
 
   /** Closes a peer's link (transfers in flight fail with ERR_CLOSED). */
   closePeer(peer: Peer): void {
+    if (!(peer instanceof Peer)) throw typeError('a Peer of this agent', 'peer', peer)
+    if (this.#peers.get(peer.id) !== peer) return // closed already, or another agent's
     const link = peer.link
     if (link) this.#linkFailed(peer, link, new RdmaError('The peer was closed', { code: 'ERR_CLOSED' }))
     peer.markClosed()

@@ -4,6 +4,7 @@
 // a transfer is checked against before anything is posted.
 import { Access } from '../core/constants.js'
 import { RdmaError } from '../core/errors.js'
+import { describeValue } from '../core/validate.js'
 import type { MemoryRegion } from '../verbs/memory.js'
 import type { PlainMemory } from './plain-memory.js'
 import { RemoteRegion } from '../verbs/remote.js'
@@ -104,7 +105,7 @@ export class LocalTable {
       return ref
     }
     const segment = typeof ref === 'string' ? this.byName.get(ref) : undefined
-    if (!segment) throw segmentError('ERR_SEGMENT_UNKNOWN', `No local segment named ${JSON.stringify(ref)}`)
+    if (!segment) throw segmentError('ERR_SEGMENT_UNKNOWN', `No local segment named ${describeValue(ref)}`)
     return segment
   }
 
@@ -144,7 +145,7 @@ export class RemoteTable {
   /** The peer's segment `name`, checked to allow `op`. */
   resolve(name: unknown, op: 'read' | 'write'): RemoteSegment {
     const segment = typeof name === 'string' ? this.byName.get(name) : undefined
-    if (!segment) throw segmentError('ERR_SEGMENT_UNKNOWN', `The peer has no segment named ${JSON.stringify(name)} (withdrawn, or never registered)`)
+    if (!segment) throw segmentError('ERR_SEGMENT_UNKNOWN', `The peer has no segment named ${describeValue(name)} (withdrawn, or never registered)`)
     if (!allows(segment.rights, op)) throw segmentError('ERR_SEGMENT_RIGHTS', `The peer's segment '${segment.name}' allows ${segment.rights}, not ${op}`)
     return segment
   }

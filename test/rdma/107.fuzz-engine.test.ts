@@ -218,7 +218,7 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
     case 4: peer = a.h; check = checking('peer', a.h, agentClosed ? CLOSED : TYPE); break
     case 5:
       blocks = a.h
-      check = checking('blocks', a.h, peerCode ?? (p.peer.state === 'connected' && !(EXCLUDED.falsyBlocks && !a.h) ? TYPE : undefined))
+      check = checking('blocks', a.h, peerCode ?? (p.peer.state === 'connected' ? TYPE : undefined))
       break
     case 6:
       if (local && slot !== undefined) {
@@ -241,7 +241,6 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
   let result: unknown
   if (planned) {
     // prepare(peer, op, blocks): op first, then the peer's link (ERR_PEER_GONE when not connected), then the blocks.
-    if (a.bad === 4 && EXCLUDED.preparePeer) return release()
     const plan = invoke(w, 'TransferAgent.prepare', () => agent.prepare(peer as Peer, op, blocks as never),
       a.bad === 5 ? checking('blocks', a.h, !agentClosed && p.peer.state === 'connected' ? TYPE : undefined) : undefined)
     if (!(plan instanceof TransferPlan)) { release(); return }
@@ -296,7 +295,6 @@ const OPS: Record<string, Op> = {
       case 0: options = a.h; check = checking('options', a.h, optObj(a.h)); break
       case 1: options = { timeoutMs: a.h }; check = checking('options.timeoutMs', a.h, optInt(0, 2 ** 31 - 1)(a.h)); break
       case 2:
-        if (EXCLUDED.bigintSegment && typeof a.h === 'bigint') return
         target = a.h; check = checking('segment', a.h, 'ERR_SEGMENT_UNKNOWN'); break
       default:
         if (s && s.segment.withdrawn && target instanceof Segment) check = checking('segment', 'withdrawn', 'ERR_SEGMENT_WITHDRAWN')
@@ -334,7 +332,7 @@ const OPS: Record<string, Op> = {
     const agent = w.agents[p.at]!
     // oneOf(op) first; then the peer's link.
     if (a.bad % 2 === 0) invoke(w, 'TransferAgent.prepare', () => agent.prepare(p.peer, a.h as never, [] as never), checking('op', a.h, optOneOf(['read', 'write'])(a.h) ?? (a.h === undefined ? TYPE : undefined)))
-    else if (!EXCLUDED.preparePeer) invoke(w, 'TransferAgent.prepare', () => agent.prepare(a.h as never, 'write', [] as never), checking('peer', a.h, TYPE))
+    else invoke(w, 'TransferAgent.prepare', () => agent.prepare(a.h as never, 'write', [] as never), checking('peer', a.h, TYPE))
   },
   rerun: (w, a) => {
     // A plan run again, maybe after its segments were withdrawn or its agent closed: it re-checks, or fails coded.
@@ -374,7 +372,7 @@ const OPS: Record<string, Op> = {
   closePeer: (w, a) => {
     const p = pick(w.peers, a.i)
     if (!p) return
-    if (a.bad === 0 && !EXCLUDED.closePeer) return void invoke(w, 'TransferAgent.closePeer', () => w.agents[p.at]!.closePeer(a.h as never), checking('peer', a.h, TYPE))
+    if (a.bad === 0) return void invoke(w, 'TransferAgent.closePeer', () => w.agents[p.at]!.closePeer(a.h as never), checking('peer', a.h, TYPE))
     if (a.k % 4 === 0) invoke(w, 'TransferAgent.closePeer', () => w.agents[p.at]!.closePeer(p.peer))
   },
   stats: (w, a) => void invoke(w, 'TransferAgent.stats', () => w.agents[a.i % AGENTS]!.stats(), checking('(the agent)', 'any', OK)),
@@ -431,7 +429,6 @@ const OPS: Record<string, Op> = {
     const g = pick(w.grants, a.i)
     if (!g) return
     if (a.bad === 0) {
-      if (EXCLUDED.lockGrant && (a.h === null || a.h === undefined)) return
       return void invoke(w, 'RemoteLockTable.release', () => g.table.release(a.h as never), checking('grant', a.h, TYPE))
     }
     w.grants.splice(w.grants.indexOf(g), 1)
@@ -442,7 +439,6 @@ const OPS: Record<string, Op> = {
     const g = pick(w.grants, a.i)
     if (!g) return
     if (a.bad === 0) {
-      if (EXCLUDED.lockGrant && (a.h === null || a.h === undefined)) return
       return void invoke(w, 'RemoteLockTable.renew', () => g.table.renew(a.h as never), checking('grant', a.h, TYPE))
     }
     const renewing = invoke(w, 'RemoteLockTable.renew', () => g.table.renew(g.grant))
@@ -465,23 +461,6 @@ const OPS: Record<string, Op> = {
 const WEIGHTS: Record<string, number> = { write: 5, read: 4, planned: 3, register: 3, unregister: 2, connect: 2, acquire: 3, release: 2 }
 const OP_NAMES = Object.keys(OPS).flatMap((name) => Array<string>(WEIGHTS[name] ?? 1).fill(name))
 
-/**
- * Known defects, left out of the default run so that CI stays green (issue 27's
- * findings; FUZZ_INCLUDE_KNOWN=1 puts them back): see the report of the branch.
- */
-const KNOWN = process.env.FUZZ_INCLUDE_KNOWN !== '1'
-const EXCLUDED = {
-  /** RemoteLockTable release()/renew() of null or undefined as the grant: an uncoded TypeError ("Cannot read properties of null (reading 'lock')"). */
-  lockGrant: KNOWN,
-  /** agent.prepare() of a value that is not a Peer: null/undefined, an uncoded TypeError (reading 'link'); 7 or {}, ERR_PEER_GONE, not ERR_INVALID_ARG_TYPE. */
-  preparePeer: KNOWN,
-  /** agent.closePeer() of a value that is not a Peer: an uncoded TypeError (reading 'link'; 'peer.markClosed is not a function'). */
-  closePeer: KNOWN,
-  /** agent.write()/read() with falsy blocks (undefined, null, 0, '', false, NaN, 0n): resolves with undefined, nothing moved, no ERR_INVALID_ARG_TYPE. */
-  falsyBlocks: KNOWN,
-  /** agent.unregister() of a bigint: an uncoded TypeError ("Do not know how to serialize a BigInt": the ERR_SEGMENT_UNKNOWN message's JSON.stringify). */
-  bigintSegment: KNOWN,
-}
 
 // --- a run ------------------------------------------------------------------
 
@@ -553,8 +532,7 @@ describe('fuzzing the transfer engine and the lock table', () => {
     let verifiedBytes = 0
     let run = 0
     const started = performance.now()
-    const excluded = Object.entries(EXCLUDED).filter(([, on]) => on).map(([name]) => name)
-    console.log(`fuzz-engine: seed ${SEED} (replay: FUZZ_SEED=${SEED}); known defects left out: ${excluded.join(', ') || 'none'} (FUZZ_INCLUDE_KNOWN=1 puts them in)`)
+    console.log(`fuzz-engine: seed ${SEED} (replay: FUZZ_SEED=${SEED})`)
     const property = fc.asyncProperty(
       fc.uint32Array({ minLength: ACTIONS * WORDS, maxLength: ACTIONS * WORDS }),
       fc.array(fc.nat(), { minLength: 0, maxLength: 4 }),
