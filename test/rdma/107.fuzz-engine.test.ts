@@ -74,6 +74,8 @@ const count = (call: string, outcome: string) => {
   byCall.set(call, m.set(outcome, (m.get(outcome) ?? 0) + 1))
 }
 const codes = new CodeChecks()
+/** A bad length is checked after the segments are resolved, once the link is there: a segment withdrawn meanwhile (here, or at the peer) is reported first. */
+const MOVED_OR_RANGE = `${BLOCK_RANGE}|ERR_SEGMENT_WITHDRAWN|ERR_SEGMENT_UNKNOWN`
 interface Check { argument: string; value: unknown; expected: string | undefined }
 const checking = (argument: string, value: unknown, expected: string | undefined): Check => ({ argument, value, expected })
 
@@ -176,6 +178,13 @@ function verify(w: World, op: 'write' | 'read', a: number, local: Segment, b: nu
   }
 }
 
+/** Whether `peer`'s table (as this side has it now) names the registration agent `b` has under `remote` now (same rkey). */
+function viewIsCurrent(w: World, peer: Peer, b: number, remote: string): boolean {
+  const view = (peer as unknown as { link?: { remote: { byName: Map<string, { region: { rkey: number } }> } } }).link?.remote.byName.get(remote)
+  const region = w.agents[b]!.segments.get(remote)?.region as { rkey?: number } | undefined
+  return view !== undefined && region?.rkey !== undefined && view.region.rkey === region.rkey
+}
+
 /** The source's bytes for a transfer: written before it is made, checked at the destination once it resolved. */
 function fillSource(w: World, op: 'write' | 'read', local: Segment, b: number, remote: string, slot: number, length: number, seed: number): boolean {
   const source = op === 'write' ? local : w.agents[b]!.segments.get(remote)
@@ -224,7 +233,7 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
       if (local && slot !== undefined) {
         blocks = [{ local: [local, slot * SLOT], remote: [remote, slot * SLOT], length: a.h }]
         const valid = typeof a.h === 'number' && Number.isInteger(a.h) && a.h >= 1 && a.h <= SEGMENT - slot * SLOT
-        check = checking('blocks[0].length', a.h, peerCode ?? (p.peer.state === 'connected' && remote !== 'nope' && !valid ? BLOCK_RANGE : undefined))
+        check = checking('blocks[0].length', a.h, peerCode ?? (p.peer.state === 'connected' && remote !== 'nope' && !valid ? MOVED_OR_RANGE : undefined))
       }
       break
     case 7: o.onProgress = a.h; check = checking('options.onProgress', a.h, optFn(a.h)); break
@@ -237,6 +246,9 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
   if (typeof o.onProgress === 'function') o.onProgress = () => {}
   const release = () => { if (local && slot !== undefined) freeSlot(w, p.at, local, p.to, remote, slot) }
   const sourced = local !== undefined && slot !== undefined && fillSource(w, op, local, p.to, remote, slot, length, seed)
+  // The caller's view of the peer's table can lag a withdrawal and a new registration under the same
+  // name: the transfer then moves the bytes of the registration it knew (allowed), not of the one filled.
+  const current = viewIsCurrent(w, p.peer, p.to, remote)
   const name = planned ? `TransferPlan.run (${op})` : `TransferAgent.${op}`
   let result: unknown
   if (planned) {
@@ -250,11 +262,13 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
     result = invoke(w, name, () => agent[op](peer as Peer, blocks as never, options as never), check)
   }
   if (!(result instanceof Promise)) { release(); return }
+  // A failed transfer can be resumed later (its blocks sent again into its slots): those stay held for the run.
+  let resumable = false
   result.then(() => {
-    if (sourced && a.bad !== 5 && a.bad !== 6 && a.bad !== 4) verify(w, op, p.at, local!, p.to, remote, slot!, length, seed)
+    if (sourced && current && a.bad !== 5 && a.bad !== 6 && a.bad !== 4) verify(w, op, p.at, local!, p.to, remote, slot!, length, seed)
   }, (error: unknown) => {
-    if (error instanceof TransferError) w.failedTransfers.push({ at: p.at, error })
-  }).finally(release)
+    if (error instanceof TransferError) { w.failedTransfers.push({ at: p.at, error }); resumable = true }
+  }).finally(() => { if (!resumable) release() })
 }
 
 // --- the calls --------------------------------------------------------------
@@ -337,7 +351,15 @@ const OPS: Record<string, Op> = {
   rerun: (w, a) => {
     // A plan run again, maybe after its segments were withdrawn or its agent closed: it re-checks, or fails coded.
     const entry = pick(w.plans, a.i)
-    if (entry) invoke(w, 'TransferPlan.run (again)', () => entry.plan.run({ timeoutMs: 5000 }))
+    if (!entry) return
+    // It moves bytes in its slots again: only while no other transfer holds them, and it holds them meanwhile.
+    const keys = [`${entry.at}/${entry.local.name}/${entry.slot}`, `${entry.to}/${entry.remote}/${entry.slot}`]
+    if (keys.some((k) => w.busy.has(k))) return
+    keys.forEach((k) => w.busy.add(k))
+    const free = () => keys.forEach((k) => w.busy.delete(k))
+    const run = invoke(w, 'TransferPlan.run (again)', () => entry.plan.run({ timeoutMs: 5000 }))
+    if (run instanceof Promise) run.then(free, free)
+    else free()
   },
   notify: (w, a) => {
     const p = pick(w.peers, a.i)
