@@ -120,7 +120,7 @@ async function runSanitized() {
   // under the sanitizer build an agent re-registered after the grace and was
   // reported gone (CI, 2026-12-03). Their native paths are the transfer
   // engine's, which 102.transfer-handshake and 37 cover here.
-  // 108.kv-cluster runs five agent processes on etcd with a 3 s lease, as 103
+  // 108.kv-cluster runs five agent processes on etcd with a 5 s lease, as 103
   // does: bound in time the same way; its native paths are 100's and 102's.
   const excluded = ['25.large-memory', '42.collection', '50.event-loop', '97.consumer', '101.transfer-peer-death', '103.transfer-etcd', '104.transfer-progress', '105.transfer-scale', '108.kv-cluster', '110.soak', '112.exhaustion', '120.lock-table']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
