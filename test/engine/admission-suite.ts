@@ -46,6 +46,16 @@ export function admissionTests(env: EngineEnv, dialRaw: (port: number) => Promis
     const error = await within(client.connect({ host, port, timeoutMs: 10_000 }).catch((e: unknown) => e), 15_000, 'the refused connect')
     return { error: error as Error & { code?: string }, before }
   }
+  /** `client` is refused by the server (ERR_PEER_REFUSED on both sides, the reason in its message), and never became its peer. */
+  const refusedByServer = async (client: TransferAgent, name: string, why: RegExp) => {
+    const { error, before } = await refusal(client)
+    expect(error).toMatchObject({ code: 'ERR_PEER_REFUSED' })
+    expect(error.message).toMatch(why)
+    expect(client.peers.size).toBe(0)
+    expect(await nextError(before)).toMatchObject({ code: 'ERR_PEER_REFUSED' })
+    expect(peersSeen).not.toContain(name)
+    return error
+  }
 
   describe(`who may connect: admission (${transport})`, () => {
     it('a peer with the secret is admitted both ways and moves bytes (write and read, every byte checked)', async () => {
@@ -85,13 +95,7 @@ export function admissionTests(env: EngineEnv, dialRaw: (port: number) => Promis
     })
 
     it('a client without a secret, to a server that has one: ERR_PEER_REFUSED on both sides', async () => {
-      const client = await create({ name: 'no-secret' })
-      const { error, before } = await refusal(client)
-      expect(error).toMatchObject({ code: 'ERR_PEER_REFUSED' })
-      expect(error.message).toMatch(/secret/)
-      expect(client.peers.size).toBe(0)
-      expect(await nextError(before)).toMatchObject({ code: 'ERR_PEER_REFUSED' })
-      expect(peersSeen).not.toContain('no-secret')
+      await refusedByServer(await create({ name: 'no-secret' }), 'no-secret', /secret/)
     })
 
     it('a client with a secret, to a server without one: the client refuses it (ERR_PEER_REFUSED) and sends it no table', async () => {
@@ -111,13 +115,7 @@ export function admissionTests(env: EngineEnv, dialRaw: (port: number) => Promis
     })
 
     it('a name not in the allow-list is refused, with the right secret too; a listed name is admitted', async () => {
-      const stranger = await create({ name: 'stranger', admission: { secret: SECRET } })
-      const { error, before } = await refusal(stranger)
-      expect(error).toMatchObject({ code: 'ERR_PEER_REFUSED' })
-      expect(error.message).toMatch(/allow/)
-      expect(stranger.peers.size).toBe(0)
-      expect(await nextError(before)).toMatchObject({ code: 'ERR_PEER_REFUSED' })
-      expect(peersSeen).not.toContain('stranger')
+      await refusedByServer(await create({ name: 'stranger', admission: { secret: SECRET } }), 'stranger', /allow/)
     })
 
     it('allow without a secret: the claimed name is checked', async () => {
