@@ -56,20 +56,29 @@ export class Connection extends EventEmitter {
     if (pd !== undefined) {
       instance(pd, 'pd', ProtectionDomain)
       if (pd.device.name !== deviceName) throw new RdmaError(`The connection runs on ${deviceName} but the PD belongs to ${pd.device.name}`, { code: 'ERR_WRONG_DEVICE' })
-    } else {
-      const device = openDevice(deviceName)
-      this.#owned.push(device)
-      pd = device.allocPd()
     }
-    this.pd = pd
-    this.device = pd.device
-    if (setup.cq !== undefined) {
-      this.cq = instance(setup.cq, 'cq', CompletionQueue)
-    } else {
-      this.cq = this.device.createCq(setup.cqOptions)
-      this.#owned.push(this.cq)
+    const caps = qpCaps(setup.qp)
+    // What this constructor opened is closed again if a later step throws (the caller closes only the id).
+    try {
+      if (pd === undefined) {
+        const device = openDevice(deviceName)
+        this.#owned.push(device)
+        pd = device.allocPd()
+      }
+      this.pd = pd
+      this.device = pd.device
+      if (setup.cq !== undefined) {
+        this.cq = instance(setup.cq, 'cq', CompletionQueue)
+      } else {
+        this.cq = this.device.createCq(setup.cqOptions)
+        this.#owned.push(this.cq)
+      }
+      const qpPd = pd
+      this.qp = new QueuePair(qpPd, { ...caps, type: 'RC', sendCq: this.cq }, (options) => id.native.createQp(qpPd.handle, options))
+    } catch (error) {
+      for (const owned of this.#owned.reverse()) try { owned.close() } catch { /* the first error is the one to report */ }
+      throw error
     }
-    this.qp = new QueuePair(pd, { ...qpCaps(setup.qp), type: 'RC', sendCq: this.cq }, (options) => id.native.createQp(pd.handle, options))
     connectionOf.set(this.qp, this)
     this.qp.markState('INIT') // rdma_create_qp brings it to INIT; accept/connect take it on to RTS
     id.onUnexpected = (event) => this.#onEvent(event)
@@ -170,6 +179,18 @@ export function connParams(setup: ConnectionSetup, device: Device): [number, num
   return [responder, initiator]
 }
 
+/**
+ * The options that need no device checked before anything is created, so a
+ * bad argument is refused with its own code whatever the state of the
+ * devices (a closed PD's ERR_CLOSED would otherwise come first).
+ */
+export function checkSetup(setup: ConnectionSetup, hookName: 'beforeAccept' | 'beforeConnect'): ((qp: QueuePair) => void) | undefined {
+  if (setup.responderResources !== undefined) integer(setup.responderResources, 'responderResources', 0, 255)
+  if (setup.initiatorDepth !== undefined) integer(setup.initiatorDepth, 'initiatorDepth', 0, 255)
+  qpCaps(setup.qp)
+  return hook((setup as Record<string, unknown>)[hookName], `options.${hookName}`)
+}
+
 /** options.ackTimeout checked: the exponent of the QP's local ACK timeout, or undefined (rdma_cm's). */
 export function ackTimeoutOf(value: unknown): number | undefined {
   return value === undefined ? undefined : integer(value, 'options.ackTimeout', 0, 31)
@@ -219,6 +240,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
   const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
   const data = privateData(o.privateData, 'options.privateData', 56)
   const ackTimeout = ackTimeoutOf(o.ackTimeout)
+  const beforeConnect = checkSetup(o as ConnectionSetup, 'beforeConnect')
   const deadline = Date.now() + wait.timeoutMs!
   const left = () => ({ ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
   const host = await numericHost(o.host, 'options.host', left())
@@ -228,7 +250,7 @@ export async function connect(options: ConnectionOptions): Promise<Connection> {
     await resolveAddress(id, host, port, wait, deadline)
     await id.step('resolve route', () => id.native.resolveRoute(Math.max(1, deadline - Date.now())), 'ROUTE_RESOLVED', left())
     connection = new Connection(id, o as ConnectionSetup, undefined)
-    hook(o.beforeConnect, 'options.beforeConnect')?.(connection.qp)
+    beforeConnect?.(connection.qp)
     const [responder, initiator] = connParams(o as ConnectionSetup, connection.device)
     if (ackTimeout !== undefined) call(() => id.native.setAckTimeout(ackTimeout))
     const event = await id.step('connect', () => id.native.connect(data, responder, initiator, 7, 7), 'ESTABLISHED', left())

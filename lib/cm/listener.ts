@@ -6,7 +6,7 @@ import { integer, instance, object, optionalObject, waitOptions } from '../core/
 import { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { AcceptOptions, CmAddress, ListenOptions, ListenerEvents, RejectOptions } from './options.js'
 import { CmIdHandle, DEFAULT_TIMEOUT, channel, numericHost } from './channel.js'
-import { Connection, ackTimeoutOf, connParams, hook, privateData } from './connection.js'
+import { Connection, ackTimeoutOf, checkSetup, connParams, privateData } from './connection.js'
 
 export class ConnectionRequest {
   readonly privateData: Buffer | undefined
@@ -32,9 +32,10 @@ export class ConnectionRequest {
       const wait = waitOptions({ timeoutMs: o.timeoutMs ?? DEFAULT_TIMEOUT, signal: o.signal })
       const data = privateData(o.privateData, 'options.privateData', 196)
       const ackTimeout = ackTimeoutOf(o.ackTimeout)
+      const beforeAccept = checkSetup(o, 'beforeAccept')
       connection = new Connection(this.id, o, this.listener.pd)
       // Receives posted here are in place before the peer can send (it may send as soon as it sees ESTABLISHED).
-      hook(o.beforeAccept, 'options.beforeAccept')?.(connection.qp)
+      beforeAccept?.(connection.qp)
       const [responder, initiator] = connParams(o, connection.device)
       if (ackTimeout !== undefined) call(() => this.id.native.setAckTimeout(ackTimeout))
       const event = await this.id.step('accept', () => this.id.native.accept(data, responder, initiator, 7, 7), 'ESTABLISHED', wait)

@@ -6,6 +6,7 @@ import { Access, connect, decodeDescriptors, encodeDescriptors, listen, RdmaErro
 import { testDevice, waitWithoutLoop } from './helpers.js'
 import { exchange, startServer, type ServerProcess } from './cm-helpers.js'
 import { envMissing, needs } from './needs.js'
+import { countAll } from './resources.js'
 
 const host = process.env.SOFTROCE_ADDR ?? '198.18.0.1'
 let device: Device
@@ -150,6 +151,40 @@ describe('rdma_cm failures are typed errors', () => {
     })
     // An address no interface of this machine has (TEST-NET-1): binding to it is refused.
     await expect(listen({ host: '192.0.2.1', port: 1 })).rejects.toMatchObject({ name: 'RdmaError', code: 'EADDRNOTAVAIL', syscall: 'rdma_bind_addr' })
+  })
+
+  it('a bad hook is refused with its own code before anything is made, even with a closed PD', async () => {
+    const closedDevice = testDevice()
+    const closedPd = closedDevice.allocPd()
+    closedDevice.close()
+    const listener = await listen({ host, port: 0 })
+    const accepted = new Promise<unknown>((resolve) => {
+      listener.once('request', (request) => { request.accept({ pd: closedPd, beforeAccept: null as never }).then(resolve, resolve) })
+    })
+    // The connecting side is refused or times out once the listener gave up on its request.
+    const connecting = connect({ host, port: listener.address!.port, timeoutMs: 3000 }).then((c) => c.close(), () => {})
+    // Before: ERR_CLOSED from creating the CQ on the closed PD's device, after resolving the address.
+    expect(await accepted).toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+    await expect(connect({ host, port: listener.address!.port, pd: closedPd, beforeConnect: 42 as never })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+    await connecting
+    listener.close()
+  })
+
+  it('a connection that fails while it sets up closes the device and PD it opened for itself', async () => {
+    const listener = await listen({ host, port: 0, pd })
+    listener.on('request', (request) => request.accept().catch(() => {}))
+    // Earlier tests' objects may still be freed meanwhile: counts may fall, never rise. Three failures leak three of each.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const before = countAll()
+    for (let i = 0; i < 3; i++) {
+      // A CQ larger than rxe allows (max_cqe 32,767): ibv_create_cq fails after the device and PD were opened.
+      const error = await connect({ host, port: listener.address!.port, cqOptions: { entries: 1 << 22 } }).catch((e) => e)
+      expect(error).toMatchObject({ syscall: 'ibv_create_cq' })
+    }
+    listener.close()
+    const after = countAll()
+    expect(after.contexts, 'device contexts').toBeLessThanOrEqual(before.contexts)
+    expect(after.pd, 'protection domains').toBeLessThanOrEqual(before.pd)
   })
 
   it('without a PD, a connection opens its device and a PD of its own', async () => {

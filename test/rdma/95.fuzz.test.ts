@@ -608,7 +608,7 @@ const OPS: Record<string, Op> = {
     switch (a.bad) {
       case 0: options = a.h; check = checking('options', a.h, obj(a.h)); break
       case 1: o.port = a.h; check = checking('options.port', a.h, int(0, 65535)(a.h)); break
-      case 2: o.backlog = a.h; check = checking('options.backlog', a.h, optInt(1, 65535)(a.h)); break
+      case 2: o.backlog = a.h; check = checking('options.backlog', a.h, nullishInt(1, 65535)(a.h)); break // `?? 128`
       case 3: o.pd = a.h; check = checking('options.pd', a.h, optInst(ProtectionDomain)(a.h)); break
       case 4: o.host = a.h; check = checking('options.host', a.h, typeof a.h === 'string' && a.h.length > 0 ? undefined : TYPE); break
     }
@@ -894,7 +894,10 @@ describe('fuzzing the public API', () => {
         } finally {
           calls += world.calls
           lastEnd = performance.now()
-          // Whatever failed, leave nothing open for the next run.
+          // Whatever failed, leave nothing open for the next run: accepts and connects in flight
+          // when a call failed resolve later with a connection, so let them settle and close again.
+          try { closeCm(world) } catch { /* reported above */ }
+          try { await settle(world) } catch { /* a hang is reported by the run */ }
           try { closeCm(world) } catch { /* reported above */ }
           tagReports += world.tagReports
           handlerPolls += world.handlerPolls
