@@ -97,7 +97,7 @@ struct CqResource : Resource {
   uint32_t* count_word = nullptr;
   std::vector<ibv_wc> wcs;
   bool rearm = true;  // false for busy polling: the loop polls, no wakeups needed
-  ~CqResource() override { Close(); }
+  ~CqResource() override;
   int DestroyHandle() override;
 };
 

@@ -32,6 +32,19 @@ int CqResource::DestroyHandle() {
   return 0;
 }
 
+// Collected (or freed with its wrapper): a CQ the kernel still refuses to
+// destroy (a QP it knows of still uses it) stays with the kernel, but its
+// channel must never name this object again: its events are then acked and
+// ignored instead of handled through a freed pointer.
+CqResource::~CqResource() {
+  Close();
+  if (channel) {
+    channel->cqs.erase(this);
+    SetCqWaiting(this, false);
+    channel.reset();
+  }
+}
+
 // Whether the CQ keeps the loop alive: its channel's watcher is referenced
 // while any of its CQs waits.
 void SetCqWaiting(CqResource* res, bool waiting) {
