@@ -3,7 +3,7 @@
 // notification is there; then host 1 READs random blocks of host 0's segment
 // back and checks every one. Each side knows the other's bytes (patterns from
 // the round's seed), so each checks what it received block by block.
-import { TransferAgent, type Block, type Peer, type Segment } from '../../../dist/index.js'
+import { TransferAgent, TransferError, type Block, type Peer, type Segment } from '../../../dist/index.js'
 import { pattern, scatter, within } from '../../rdma/helpers.js'
 import type { Control } from './control.js'
 import { ACK_TIMEOUT, local, peer as peerHost, role } from './session.js'
@@ -157,6 +157,8 @@ async function active(t: TransferSession, control: Control, round: TransferRound
 export interface TransferFlapResult {
   /** Host 1: the transfer the flap hit, settled one way or the other. */
   first?: { ok: boolean; code?: string; bytesLanded?: number; ms: number }
+  /** Host 1: when the flap failed the write, agent.resume() of its error once the link is back: what it sent against what had not landed. */
+  resumed?: { ok: boolean; code?: string; bytesSent?: number; bytesNeeded: number; ms: number }
   events?: Array<{ type: string; ms: number }>
   /** The round after the link came back (reconnecting if the link broke). */
   after: TransferRoundResult
@@ -171,7 +173,8 @@ export interface TransferFlapResult {
  * The engine closes a failed link while the port may still be down: the
  * round after proves that does not cost the host its rdma_cm.
  */
-export async function transferLinkFlap(t: TransferSession, control: Control, options: { downMs: number; round: TransferRound }): Promise<TransferFlapResult> {
+/** With `mustFail`, a write the flap did not fail is a problem: the round is there to prove the resume. */
+export async function transferLinkFlap(t: TransferSession, control: Control, options: { downMs: number; round: TransferRound; mustFail?: boolean }): Promise<TransferFlapResult> {
   const { bytes, seed, timeoutMs } = options.round
   const pieces = scatter(bytes, seed + 1, 16)
   const problems: string[] = []
@@ -196,10 +199,14 @@ export async function transferLinkFlap(t: TransferSession, control: Control, opt
   // (on a clean wire 2 MiB can land in 0.2 s); under the 67 ms ACK timeout, so no retransmission.
   netem(['delay', '20ms'])
   let done = false
+  let failure: unknown
   const start = performance.now()
   const settled: Promise<NonNullable<TransferFlapResult['first']>> = t.agent.write(t.peer!, writes, { notify: `flap ${seed}`, timeoutMs }).then(
     () => ({ ok: true, ms: performance.now() - start }),
-    (error: { code?: string; bytesLanded?: number }) => ({ ok: false, code: error.code, bytesLanded: error.bytesLanded, ms: performance.now() - start }))
+    (error: { code?: string; bytesLanded?: number }) => {
+      failure = error
+      return { ok: false, code: error.code, bytesLanded: error.bytesLanded, ms: performance.now() - start }
+    })
     .finally(() => { done = true })
   let events: Array<{ type: string; ms: number }>
   try {
@@ -211,11 +218,35 @@ export async function transferLinkFlap(t: TransferSession, control: Control, opt
   }
   const first = await settled
   if (!first.ok && typeof first.code !== 'string') problems.push('the write rejected without a code')
-  control.send({ type: 'flap-settled', ok: first.ok })
+  // A write the flap failed is resumed once the link is back: only what had not landed is sent
+  // (at most 1.1x those bytes), and host 0 then checks every block of the original write.
+  let resumed: TransferFlapResult['resumed']
+  if (first.ok && options.mustFail) problems.push(`the write resolved after ${Math.round(first.ms)} ms: the flap did not cut it, so nothing was resumed`)
+  if (!first.ok) {
+    if (!(failure instanceof TransferError)) problems.push(`the write rejected with ${String(failure)}, not a TransferError (nothing to resume)`)
+    else resumed = await resumeAfterFlap(t, failure, timeoutMs, problems)
+  }
+  control.send({ type: 'flap-settled', ok: first.ok || resumed?.ok === true })
   const checked = await control.expect('flap-checked', timeoutMs + 120_000)
   problems.push(...(checked.problems as string[]).map((p) => `host 0: ${p}`))
   const after = await active(t, control, { ...options.round, seed: seed + 10 })
-  return { first, events, after, problems: [...problems, ...after.problems] }
+  return { first, ...(resumed ? { resumed } : {}), events, after, problems: [...problems, ...after.problems] }
+}
+
+/** agent.resume() of the write a flap failed: it must complete and send no more than 1.1x the bytes that had not landed. */
+async function resumeAfterFlap(t: TransferSession, failure: TransferError, timeoutMs: number, problems: string[]): Promise<NonNullable<TransferFlapResult['resumed']>> {
+  const bytesNeeded = failure.bytes - failure.bytesLanded
+  const start = performance.now()
+  try {
+    // The peer process did not restart: what landed in its memory is still there.
+    const result = await t.agent.resume(failure, { timeoutMs })
+    if (result.restarted) problems.push('the resume found another incarnation of the peer (it did not restart)')
+    if (result.bytes > 1.1 * bytesNeeded) problems.push(`the resume sent ${result.bytes} bytes where ${bytesNeeded} had not landed (more than 1.1x)`)
+    return { ok: true, bytesSent: result.bytes, bytesNeeded, ms: performance.now() - start }
+  } catch (error) {
+    problems.push(`the resume after the flap failed: ${(error as Error).message}`)
+    return { ok: false, code: (error as { code?: string }).code, bytesNeeded, ms: performance.now() - start }
+  }
 }
 
 /**
