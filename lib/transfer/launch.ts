@@ -47,6 +47,7 @@ export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: Notice
       onBatchError,
       settled: (r, error, result) => {
         link.runs.delete(r)
+        link.stalls.settled()
         counters.inFlight--
         notification?.settled(error !== undefined)
         if (error) {
@@ -67,6 +68,6 @@ export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: Notice
       return
     }
     link.runs.add(run)
-    run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress })
+    run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress }, link.stalls)
   })
 }

@@ -425,6 +425,30 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       await server.unregister(remote, { timeoutMs: 10_000 })
     })
 
+    it('transfers under way on one link share one stall timer: none arms its own, and none keeps the process alive once they settled', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[1]!
+      const count = 16
+      const local = agent.register('stall-local', { size: count * 4 * KiB })
+      const remote = server.register('stall-remote', { size: count * 4 * KiB, remote: 'write' })
+      await until(() => peer.segments.has('stall-remote'), 'the client to see stall-remote')
+      fill(local, 5)
+      const one = (i: number): Block[] => [{ local: [local, i * 4 * KiB], remote: ['stall-remote', i * 4 * KiB], length: 4 * KiB }]
+      await agent.write(peer, one(0))
+      // Timers that keep the process alive (an unref'd one is not listed).
+      const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+      const before = timers()
+      const writes = Array.from({ length: count }, (_, i) => agent.write(peer, one(i)))
+      for (let i = 0; i < 20; i++) await Promise.resolve() // they start (a write may first wait for its link)
+      const during = timers()
+      await within(Promise.all(writes), 30_000, 'the writes')
+      expect(during - before, 'timers armed by 16 writes under way').toBeLessThanOrEqual(1)
+      expect(timers(), 'timers keeping the process alive once they settled').toBe(before)
+      expect(Buffer.compare(remote.bytes, local.bytes)).toBe(0)
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
     it('a batch refused alone (its local segment unregistered during the transfer) fails its transfer, not the link', async () => {
       const { server } = ctx
       const agent = await TransferAgent.create({ host, port: 0, name: 'refused', qpsPerPeer: 1, transport })
