@@ -449,6 +449,32 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       await server.unregister(remote, { timeoutMs: 10_000 })
     })
 
+    it('on a connected peer a transfer starts within its call (numbered then, its batch queued), and a failure of one is still resumable', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[0]!
+      const local = agent.register('now-local', { size: 8 * KiB })
+      const remote = server.register('now-remote', { size: 8 * KiB, remote: 'read-write' })
+      await until(() => peer.segments.has('now-remote'), 'the client to see now-remote')
+      fill(local, 6)
+      const inFlight = (): number => agent.stats().peers[peer.id]!.inFlight
+      const write = agent.write(peer, [{ local: [local, 0], remote: ['now-remote', 0], length: 4 * KiB }])
+      const read = agent.read(peer, [{ local: [local, 4 * KiB], remote: ['now-remote', 0], length: 4 * KiB }])
+      expect(inFlight(), 'transfers under way as the calls return').toBe(2)
+      await within(Promise.all([write, read]), 30_000, 'the write and the read')
+      expect(Buffer.compare(local.bytes.subarray(4 * KiB), local.bytes.subarray(0, 4 * KiB))).toBe(0)
+      // Aborted after it started: a TransferError that resume() takes (it sends the block again).
+      const controller = new AbortController()
+      const aborted = agent.write(peer, [{ local: [local, 0], remote: ['now-remote', 4 * KiB], length: 4 * KiB }], { signal: controller.signal })
+      controller.abort()
+      const failed = await aborted.catch((e: unknown) => e)
+      expect(failed).toBeInstanceOf(TransferError)
+      const resumed = await within(agent.resume(failed as TransferError), 30_000, 'the resume')
+      expect(resumed.blocksSkipped + resumed.blocks).toBe(1)
+      expect(Buffer.compare(remote.bytes.subarray(4 * KiB), local.bytes.subarray(0, 4 * KiB))).toBe(0)
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
     it('a batch refused alone (its local segment unregistered during the transfer) fails its transfer, not the link', async () => {
       const { server } = ctx
       const agent = await TransferAgent.create({ host, port: 0, name: 'refused', qpsPerPeer: 1, transport })
