@@ -95,7 +95,7 @@ describe('slicing at 2^32 and 2^53', () => {
     const { slices, run } = sliceRuns(columns([[0, 0, 0, TWO_32, 2 * TWO_32 + 5]]), 2 ** 31)
     expect(rows(slices).map((r) => r[4])).toEqual([2 ** 31, 2 ** 31, 2 ** 31, 2 ** 31, 5])
     expect(rows(slices).map((r) => r[3])).toEqual([TWO_32, TWO_32 + 2 ** 31, 2 * TWO_32, 2 * TWO_32 + 2 ** 31, 3 * TWO_32])
-    expect([...run]).toEqual([0, 0, 0, 0, 0])
+    expect([...run!]).toEqual([0, 0, 0, 0, 0])
   })
 
   it('cuts a block that ends at 2^53 - 1 at exact offsets', () => {
