@@ -10,17 +10,17 @@ import type { RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import type { ControlMessage } from './control.js'
-import { decodeNotification, encodeNotification, noticePayload, NotificationFeed } from './notifications.js'
+import { decodeNotification, encodeNotification, noticePayload, NotificationFeed, type NoticePayload } from './notifications.js'
 import type { Link } from './link.js'
-import { agentSettings, chooseTransport, progressOptions } from './agent-settings.js'
+import { agentSettings, chooseTransport, progressOptions, type ProgressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
 import { checkBlocks, isCurrent, recheck, segmentsUsed, type Blocks, type TransferOp } from './plan.js'
 import type { TransferResult } from './run.js'
-import { launch } from './launch.js'
+import { launch, type Launcher } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
 import { resync } from './resync.js'
-import { resumable, resume, type ResumeOptions, type ResumeResult } from './resume.js'
+import { markResumable, resume, type ResumeOptions, type ResumeResult } from './resume.js'
 import type { TransferError } from './transfer-error.js'
 import { deregisterWithdrawn } from './deregister.js'
 import { Releases } from './releases.js'
@@ -63,6 +63,11 @@ export class TransferAgent extends EventEmitter {
   readonly #connecting = new Map<string, Promise<Peer>>()
   #registry: EtcdRegistry | undefined
   #closed = false
+  /** What every transfer's launch needs of this agent, made once. */
+  readonly #launcher: Launcher = {
+    linkFailed: (peer, link, error) => this.#linkFailed(peer, link, error),
+    failed: (error, peer, op, blocks) => markResumable(error, this, peer, op, blocks),
+  }
 
   private constructor(options: TransferAgentOptions, kind: TransportKind, device: Device | undefined) {
     super()
@@ -337,10 +342,8 @@ export class TransferAgent extends EventEmitter {
    * agent fails fast, unless the metadata knows its name.
    */
   async #linkOf(peer: Peer, wait: WaitOptions): Promise<Link> {
-    this.#assertOpen()
-    this.#assertPeer(peer)
-    if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
-    if (peer.link?.healthy) return peer.link
+    const healthy = this.#healthyLink(peer)
+    if (healthy) return healthy
     const address = peer.address
     if (this.#registry && (peer.byName || (!address && isAgentName(peer.name)))) return this.#relinkByName(peer, this.#registry, wait)
     if (!address) {
@@ -356,6 +359,14 @@ export class TransferAgent extends EventEmitter {
       throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
     })
     return bounded(peer.relinking, 'reconnect', wait)
+  }
+
+  /** The peer's link if it is healthy now, else undefined (#linkOf makes a fresh one); throws what #linkOf rejects with first. */
+  #healthyLink(peer: Peer): Link | undefined {
+    this.#assertOpen()
+    this.#assertPeer(peer)
+    if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
+    return peer.link?.healthy ? peer.link : undefined
   }
 
   /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
@@ -394,12 +405,12 @@ export class TransferAgent extends EventEmitter {
 
   /** Writes (pushes) blocks from local segments into the peer's segments. */
   write(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
-    return this.#transfer('write', peer, blocks, options).catch(resumable(this, peer, 'write', blocks)) as Promise<TransferResult>
+    return this.#transfer('write', peer, blocks, options) as Promise<TransferResult>
   }
 
   /** Reads (pulls) blocks from the peer's segments into local segments. */
   read(peer: Peer, blocks: Blocks, options: TransferOptions = {}): Promise<TransferResult> {
-    return this.#transfer('read', peer, blocks, options).catch(resumable(this, peer, 'read', blocks)) as Promise<TransferResult>
+    return this.#transfer('read', peer, blocks, options) as Promise<TransferResult>
   }
 
   /**
@@ -442,24 +453,39 @@ export class TransferAgent extends EventEmitter {
         used = segmentsUsed(checked)
         checkedOn = current
       }
-      return launch(peer, current, checked, notify, wait, progress, (error) => this.#linkFailed(peer, current, error)).catch(resumable(this, peer, op, blocks))
+      return launch(this.#launcher, peer, current, checked, blocks, notify, wait, progress)
     })
   }
 
-  /** `blocks` as given, or (resume: `selected`) chosen once the link is there by the peer's incarnation (none: nothing to post). */
-  async #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions, selected = false): Promise<TransferResult | undefined> {
-    const o = optionalObject(options, 'options')
-    const wait = this.#bounded(o)
-    const progress = progressOptions(o, this.#stallMs)
-    const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
-    const started = Date.now()
-    const link = await this.#linkOf(peer, wait)
+  /**
+   * `blocks` as given, or (resume: `selected`) chosen once the link is there by the peer's incarnation (none: nothing
+   * to post). On a healthy link it starts at once, in this call; a failure before posting rejects (never throws).
+   */
+  #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions, selected = false): Promise<TransferResult | undefined> {
+    try {
+      const o = optionalObject(options, 'options')
+      const wait = this.#bounded(o)
+      const progress = progressOptions(o, this.#stallMs)
+      const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
+      const started = wait.timeoutMs === undefined ? 0 : Date.now()
+      const link = this.#healthyLink(peer)
+      if (link) return this.#start(op, peer, link, blocks, selected, wait, progress, notify, started)
+      return this.#linkOf(peer, wait).then((fresh) => this.#start(op, peer, fresh, blocks, selected, wait, progress, notify, started))
+    } catch (error) {
+      return Promise.reject(error)
+    }
+  }
+
+  /** Checks the blocks on `link` and launches them; the overall bound counts from `started` (reconnecting and planning included). */
+  #start(op: TransferOp, peer: Peer, link: Link, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), selected: boolean,
+    wait: WaitOptions, progress: ProgressOptions, notify: NoticePayload | undefined, started: number): Promise<TransferResult | undefined> {
     // A caller's blocks are always checked (a function or a falsy value is refused there); resume's selector may choose none.
     const chosen = selected && typeof blocks === 'function' ? blocks(link.peerAgent) : blocks as Blocks
-    if (selected && chosen === undefined) return undefined
+    if (selected && chosen === undefined) return Promise.resolve(undefined)
     const plan = checkBlocks(op, chosen as Blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
-    return launch(peer, link, plan, notify, wait, progress, (error) => this.#linkFailed(peer, link, error))
+    // A resume's own attempt is not resumable itself: resume() reports over the original blocks.
+    return launch(this.#launcher, peer, link, plan, selected ? undefined : chosen as Blocks, notify, wait, progress)
   }
 
   /** The caller's wait, with the agent's default overall bound (if any) when it gives none. */

@@ -112,19 +112,33 @@ export function coalesce(cols: BlockColumns): BlockColumns {
   return coalesceRuns(cols).runs
 }
 
-/** coalesce(), with which blocks each run holds: run m is the blocks at order positions starts[m] .. starts[m + 1]. */
-export function coalesceRuns(cols: BlockColumns): { runs: BlockColumns; order: Uint32Array | undefined; starts: Uint32Array } {
+/** Whether block j continues block i on both sides (same segments, j starts where i ends, here and there). */
+function continues(a: BlockColumns, i: number, b: BlockColumns, j: number): boolean {
+  return a.lseg[i] === b.lseg[j] && a.rseg[i] === b.rseg[j] && a.loff[i]! + a.len[i]! === b.loff[j] && a.roff[i]! + a.len[i]! === b.roff[j]
+}
+
+/**
+ * coalesce(), with which blocks each run holds: run m is the blocks at order
+ * positions starts[m] .. starts[m + 1]. Blocks already in order of which none
+ * continues the last (one block, say) are their own runs: `cols` itself,
+ * with no starts (run m is block m), and no column made.
+ */
+export function coalesceRuns(cols: BlockColumns): { runs: BlockColumns; order: Uint32Array | undefined; starts: Uint32Array | undefined } {
   const n = cols.count
   let sorted = true
-  for (let i = 1; i < n && sorted; i++) if (remoteOrder(cols, i - 1, i) > 0) sorted = false
+  let touching = false
+  for (let i = 1; i < n && sorted; i++) {
+    if (remoteOrder(cols, i - 1, i) > 0) sorted = false
+    else if (!touching && continues(cols, i - 1, cols, i)) touching = true
+  }
+  if (sorted && !touching) return { runs: cols, order: undefined, starts: undefined }
   const order = sorted ? undefined : remoteOrderIndexes(cols)
   const out = emptyColumns(n)
   const starts = new Uint32Array(n + 1)
   let m = -1
   for (let k = 0; k < n; k++) {
     const i = order ? order[k]! : k
-    if (m >= 0 && out.lseg[m] === cols.lseg[i] && out.rseg[m] === cols.rseg[i] &&
-      out.loff[m]! + out.len[m]! === cols.loff[i] && out.roff[m]! + out.len[m]! === cols.roff[i]) {
+    if (m >= 0 && continues(out, m, cols, i)) {
       out.len[m] = out.len[m]! + cols.len[i]!
       continue
     }
@@ -149,17 +163,14 @@ export function slice(cols: BlockColumns, maxBytes: number): BlockColumns {
   return sliceRuns(cols, maxBytes).slices
 }
 
-/** slice(), with the run (entry of `cols`) each slice was cut from. */
-export function sliceRuns(cols: BlockColumns, maxBytes: number): { slices: BlockColumns; run: Uint32Array } {
+/** slice(), with the run (entry of `cols`) each slice was cut from; none when no run was cut (slice i is run i, `cols` itself). */
+export function sliceRuns(cols: BlockColumns, maxBytes: number): { slices: BlockColumns; run: Uint32Array | undefined } {
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw rangeError('a slice size of at least 1 byte', 'sliceBytes', maxBytes)
   let total = 0
   for (let i = 0; i < cols.count; i++) total += Math.ceil(cols.len[i]! / maxBytes)
   if (total > MAX_SLICES) throw blockError(`The blocks make ${total} work requests of at most ${maxBytes} bytes, more than one transfer indexes (2^32 - 1): use larger slices or several transfers`)
+  if (total === cols.count) return { slices: cols, run: undefined }
   const run = new Uint32Array(total)
-  if (total === cols.count) {
-    for (let i = 0; i < total; i++) run[i] = i
-    return { slices: cols, run }
-  }
   const out = emptyColumns(total)
   let m = 0
   for (let i = 0; i < cols.count; i++) {

@@ -8,8 +8,17 @@ import type { Link } from './link.js'
 import { encodeNotification, type NoticePayload } from './notifications.js'
 import type { OutgoingNotice } from './notice-sender.js'
 import type { Peer } from './peer.js'
-import type { CheckedPlan } from './plan.js'
+import type { Blocks, CheckedPlan, TransferOp } from './plan.js'
 import { TransferRun, type RunHooks, type TransferResult } from './run.js'
+import { TransferError } from './transfer-error.js'
+
+/** What a launch needs of its agent (made once per agent, not per transfer). */
+export interface Launcher {
+  /** A batch failed and its QP is in the error state: the link to `peer` is broken. */
+  linkFailed(peer: Peer, link: Link, error: Error): void
+  /** A run of the caller's `blocks` failed with `error`: agent.resume() takes it from now on. */
+  failed(error: TransferError, peer: Peer, op: TransferOp, blocks: Blocks): void
+}
 
 /** How a run's notification goes: the run hooks it needs, and what to do when the run settles. */
 function notificationOf(link: Link, plan: CheckedPlan, payload: NoticePayload): { hooks: Pick<RunHooks, 'notify' | 'notice'>; settled: (failed: boolean) => void } {
@@ -33,8 +42,13 @@ function notificationOf(link: Link, plan: CheckedPlan, payload: NoticePayload): 
   return { hooks: { notify: () => { dataPlaced(true); return sent } }, settled: () => dataPlaced(false) } // no-op once resolved with true
 }
 
-export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: NoticePayload | undefined, wait: WaitOptions,
-  progress: ProgressOptions, onBatchError: (error: Error) => void): Promise<TransferResult> {
+/**
+ * `blocks`: the caller's, for a failure to be resumable (write(), read(),
+ * plan.run()); undefined for a resume's own attempt (resume.ts reports that).
+ * Marked as the promise rejects: no handler per transfer for it.
+ */
+export function launch(launcher: Launcher, peer: Peer, link: Link, plan: CheckedPlan, blocks: Blocks | undefined, notify: NoticePayload | undefined,
+  wait: WaitOptions, progress: ProgressOptions): Promise<TransferResult> {
   return new Promise<TransferResult>((resolve, reject) => {
     const counters = peer.counters
     const notification = notify ? notificationOf(link, plan, notify) : undefined
@@ -44,13 +58,15 @@ export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: Notice
       peer: peer.id,
       notify: notification?.hooks.notify,
       notice: notification?.hooks.notice,
-      onBatchError,
+      onBatchError: (error) => launcher.linkFailed(peer, link, error),
       settled: (r, error, result) => {
         link.runs.delete(r)
+        link.stalls.settled()
         counters.inFlight--
         notification?.settled(error !== undefined)
         if (error) {
           counters.errors++
+          if (blocks !== undefined && error instanceof TransferError) launcher.failed(error, peer, plan.op, blocks)
           reject(error)
         } else {
           counters.transfers++
@@ -67,6 +83,6 @@ export function launch(peer: Peer, link: Link, plan: CheckedPlan, notify: Notice
       return
     }
     link.runs.add(run)
-    run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress })
+    run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress }, link.stalls)
   })
 }

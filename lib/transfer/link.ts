@@ -15,6 +15,7 @@ import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
 import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlChannel, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
+import { StallWatch } from './stall-watch.js'
 import { NOTICE_RECEIVES, NoticeInbox } from './notices.js'
 import { NoticeSender } from './notice-sender.js'
 import type { AgentLinkSettings } from './transport.js'
@@ -40,6 +41,8 @@ export const MAX_QPS = 16
 export class Link {
   readonly posters: QpPoster[]
   readonly runs = new Set<TransferRun>()
+  /** The stall bound of the runs, one timer for all of them. */
+  readonly stalls = new StallWatch(this.runs)
   error: RdmaError | undefined
   /** The local table as sent in the handshake (the agent sends what changed since). */
   sentTable: { entries: SegmentEntry[]; version: number } = { entries: [], version: 0 }

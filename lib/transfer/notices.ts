@@ -131,6 +131,18 @@ export class NoticeOrder {
   }
 }
 
+/** One receive buffer of the inbox, posted again after each notice with the same handlers (none made per notice). */
+class NoticeReceive {
+  /** The view made once: a buffer is read at every notice. */
+  readonly bytes: Uint8Array
+  constructor(readonly inbox: NoticeInbox, readonly qp: QueuePair, readonly slot: LocalSlice) { this.bytes = slot.bytes }
+
+  post(): void { this.qp.recv(this.slot).then(this.#arrived, this.#failed) }
+
+  readonly #arrived = (wc: ReceiveCompletion): void => this.inbox.arrived(this, wc)
+  readonly #failed = (error: unknown): void => this.inbox.failed(error)
+}
+
 /**
  * The receiving half: keeps NOTICE_RECEIVES receives posted on every data QP
  * (from the moment the QPs are connected) and hands whole notices over in
@@ -158,29 +170,32 @@ export class NoticeInbox {
   start(): void {
     let at = 0
     for (const qp of this.qps) {
-      for (let i = 0; i < NOTICE_RECEIVES; i++, at += NOTICE_BYTES) {
-        const slot = this.#region.slice(at, NOTICE_BYTES)
-        this.#receive(qp, slot, slot.bytes) // the view made once: a buffer is read at every notice
-      }
+      for (let i = 0; i < NOTICE_RECEIVES; i++, at += NOTICE_BYTES) new NoticeReceive(this, qp, this.#region.slice(at, NOTICE_BYTES)).post()
     }
   }
 
-  #receive(qp: QueuePair, slot: LocalSlice, bytes: Uint8Array): void {
-    qp.recv(slot).then((wc) => {
-      if (this.#closed || this.#failure) return
+  /** A notice landed in `receive`'s buffer: read, the buffer posted again, the notice handed to the order. */
+  arrived(receive: NoticeReceive, wc: ReceiveCompletion): void {
+    if (this.#closed || this.#failure) return
+    try {
       // The bytes are read before the buffer is posted again.
-      const parsed = wc.byteLength > 0 ? parse(bytes, wc) : undefined
-      this.#receive(qp, slot, bytes)
+      const parsed = wc.byteLength > 0 ? parse(receive.bytes, wc) : undefined
+      receive.post()
       if (wc.immediate === undefined) throw protocolError('The peer sent a notice without its number (a SEND without immediate data)')
       this.#order.arrived(wc.immediate, parsed)
-    }, (error: unknown) => {
-      if (this.#closed) return
-      if ((error as RdmaError)?.code !== 'WR_FLUSH_ERR') return this.#fail(error as Error)
-      // Flushed: the QP went into the error state. Its cause (a send's error
-      // completion, the peer going away) is reported first, if this side has
-      // one; else this is the only sign of it.
-      setImmediate(() => this.#fail(new RdmaError('A data QP went into the error state (its notice receives were flushed)', { code: 'ECONNRESET', cause: error })))
-    }).catch((error: unknown) => this.#fail(error as Error))
+    } catch (error) {
+      this.#fail(error as Error)
+    }
+  }
+
+  /** A receive failed: flushed (the QP went into the error state) or worse. */
+  failed(error: unknown): void {
+    if (this.#closed) return
+    if ((error as RdmaError)?.code !== 'WR_FLUSH_ERR') return this.#fail(error as Error)
+    // Flushed: the QP went into the error state. Its cause (a send's error
+    // completion, the peer going away) is reported first, if this side has
+    // one; else this is the only sign of it.
+    setImmediate(() => this.#fail(new RdmaError('A data QP went into the error state (its notice receives were flushed)', { code: 'ECONNRESET', cause: error })))
   }
 
   #fail(error: Error): void {

@@ -48,12 +48,9 @@ interface Agent { notify(peer: Peer, message: NotificationMessage, options?: Wai
 interface Resumable { agent: Agent; peer: Peer; op: TransferOp; blocks: Blocks }
 const resumables = new WeakMap<TransferError, Resumable>()
 
-/** Rejection handler of write()/read()/plan.run(): a TransferError becomes resumable by `agent`. */
-export function resumable(agent: Agent, peer: Peer, op: TransferOp, blocks: Blocks): (error: unknown) => never {
-  return (error) => {
-    if (error instanceof TransferError) resumables.set(error, { agent, peer, op, blocks })
-    throw error
-  }
+/** The TransferError of a failed write(), read() or plan.run() of `blocks` becomes resumable by `agent` (launch.ts, as it rejects). */
+export function markResumable(error: TransferError, agent: Agent, peer: Peer, op: TransferOp, blocks: Blocks): void {
+  resumables.set(error, { agent, peer, op, blocks })
 }
 
 const isLanded = (bitmap: Uint8Array, i: number): boolean => ((bitmap[i >> 3] ?? 0) >> (i & 7) & 1) === 1

@@ -10,6 +10,7 @@ import type { RdmaErrorCode } from '../core/error-codes.js'
 import { LandedBlocks } from './landed.js'
 import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
 import type { OutgoingNotice } from './notice-sender.js'
+import type { StallWatch, Watched } from './stall-watch.js'
 
 /** What a successful transfer resolves with. */
 export interface TransferResult {
@@ -51,7 +52,7 @@ export interface RunBounds {
 /** A failure that waits for the run's batches in flight to settle (so that their completions are counted). */
 interface Pending { cause: unknown; why: string }
 
-export class TransferRun implements PostSource {
+export class TransferRun implements PostSource, Watched {
   readonly #plan: CheckedPlan
   readonly #cursor: Uint32Array
   readonly #hooks: RunHooks
@@ -65,9 +66,9 @@ export class TransferRun implements PostSource {
   #done = false
   #pending: Pending | undefined
   #timer: NodeJS.Timeout | undefined
-  #stallTimer: NodeJS.Timeout | undefined
+  /** The stall bound (0: none); the link's StallWatch checks it against the last completion's time. */
   #stallMs = 0
-  #lastProgress = 0
+  #lastProgress = this.#started
   #signal: AbortSignal | undefined
   #onProgress: TransferProgressListener | undefined
   readonly #onAbort = (): void => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, this.#signal?.reason))
@@ -83,8 +84,8 @@ export class TransferRun implements PostSource {
   /** Settled, or failing once its batches in flight settle: post nothing more for it. */
   get settled(): boolean { return this.#done || this.#pending !== undefined }
 
-  /** Queues the run on the posters, bounded by `timeoutMs`, `stallTimeoutMs` and `signal`. */
-  start(posters: readonly QpPoster[], bounds: RunBounds): void {
+  /** Queues the run on the posters, bounded by `timeoutMs`, `stallTimeoutMs` (checked by the link's `stalls`) and `signal`. */
+  start(posters: readonly QpPoster[], bounds: RunBounds, stalls: StallWatch): void {
     const { timeoutMs, stallTimeoutMs, signal } = bounds
     this.#onProgress = bounds.onProgress
     if (signal?.aborted) { this.#signal = signal; return this.#onAbort() }
@@ -92,11 +93,9 @@ export class TransferRun implements PostSource {
       this.#timer = setTimeout(() => this.fail(this.#error('ETIMEDOUT', `Transfer timed out after ${timeoutMs} ms with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`)), timeoutMs)
     }
     if (stallTimeoutMs !== undefined) {
-      // One timer per run, re-armed for what is left of the bound when it
-      // fires: progress costs a clock read, not a timer per batch.
+      // Progress costs a clock read per batch; the link's one timer does the rest.
       this.#stallMs = stallTimeoutMs
-      this.#lastProgress = performance.now()
-      this.#stallTimer = setTimeout(this.#checkStall, stallTimeoutMs)
+      stalls.started(this.#started + stallTimeoutMs)
     }
     if (signal) {
       this.#signal = signal
@@ -105,16 +104,14 @@ export class TransferRun implements PostSource {
     for (const poster of posters) poster.add(this)
   }
 
-  readonly #checkStall = (): void => {
-    if (this.#done) return
-    const idle = performance.now() - this.#lastProgress
-    if (idle < this.#stallMs) {
-      this.#stallTimer = setTimeout(this.#checkStall, this.#stallMs - idle)
-      return
-    }
+  stallLeft(now: number): number {
+    if (this.#done || this.#stallMs === 0) return Infinity
+    const left = this.#lastProgress + this.#stallMs - now
+    if (left > 0) return left
     // Waiting for batches after a failure that never settle: report that failure.
-    if (this.#pending) return this.#settle(this.#failure(this.#pending.cause, this.#pending.why), undefined)
-    this.fail(this.#error('ERR_STALLED', `Transfer stalled: no completion for ${this.#stallMs} ms, with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`))
+    if (this.#pending) this.#settle(this.#failure(this.#pending.cause, this.#pending.why), undefined)
+    else this.fail(this.#error('ERR_STALLED', `Transfer stalled: no completion for ${this.#stallMs} ms, with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`))
+    return Infinity
   }
 
   #error(code: RdmaErrorCode, message: string, cause?: unknown): TransferError {
@@ -238,8 +235,7 @@ export class TransferRun implements PostSource {
   #settle(error: Error | undefined, result: TransferResult | undefined): void {
     if (this.#done) return
     this.#done = true
-    clearTimeout(this.#timer)
-    clearTimeout(this.#stallTimer)
+    if (this.#timer !== undefined) clearTimeout(this.#timer)
     this.#signal?.removeEventListener('abort', this.#onAbort)
     this.#hooks.settled(this, error, result)
   }

@@ -425,6 +425,56 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       await server.unregister(remote, { timeoutMs: 10_000 })
     })
 
+    it('transfers under way on one link share one stall timer: none arms its own, and none keeps the process alive once they settled', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[1]!
+      const count = 16
+      const local = agent.register('stall-local', { size: count * 4 * KiB })
+      const remote = server.register('stall-remote', { size: count * 4 * KiB, remote: 'write' })
+      await until(() => peer.segments.has('stall-remote'), 'the client to see stall-remote')
+      fill(local, 5)
+      const one = (i: number): Block[] => [{ local: [local, i * 4 * KiB], remote: ['stall-remote', i * 4 * KiB], length: 4 * KiB }]
+      await agent.write(peer, one(0))
+      // Timers that keep the process alive (an unref'd one is not listed).
+      const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+      const before = timers()
+      const writes = Array.from({ length: count }, (_, i) => agent.write(peer, one(i)))
+      for (let i = 0; i < 20; i++) await Promise.resolve() // they start (a write may first wait for its link)
+      const during = timers()
+      await within(Promise.all(writes), 30_000, 'the writes')
+      expect(during - before, 'timers armed by 16 writes under way').toBeLessThanOrEqual(1)
+      expect(timers(), 'timers keeping the process alive once they settled').toBe(before)
+      expect(Buffer.compare(remote.bytes, local.bytes)).toBe(0)
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
+    it('on a connected peer a transfer starts within its call (numbered then, its batch queued), and a failure of one is still resumable', async () => {
+      const { server, clients } = ctx
+      const { agent, peer } = clients[0]!
+      const local = agent.register('now-local', { size: 8 * KiB })
+      const remote = server.register('now-remote', { size: 8 * KiB, remote: 'read-write' })
+      await until(() => peer.segments.has('now-remote'), 'the client to see now-remote')
+      fill(local, 6)
+      const inFlight = (): number => agent.stats().peers[peer.id]!.inFlight
+      const write = agent.write(peer, [{ local: [local, 0], remote: ['now-remote', 0], length: 4 * KiB }])
+      const read = agent.read(peer, [{ local: [local, 4 * KiB], remote: ['now-remote', 0], length: 4 * KiB }])
+      expect(inFlight(), 'transfers under way as the calls return').toBe(2)
+      await within(Promise.all([write, read]), 30_000, 'the write and the read')
+      expect(Buffer.compare(local.bytes.subarray(4 * KiB), local.bytes.subarray(0, 4 * KiB))).toBe(0)
+      // Aborted after it started: a TransferError that resume() takes (it sends the block again).
+      const controller = new AbortController()
+      const aborted = agent.write(peer, [{ local: [local, 0], remote: ['now-remote', 4 * KiB], length: 4 * KiB }], { signal: controller.signal })
+      controller.abort()
+      const failed = await aborted.catch((e: unknown) => e)
+      expect(failed).toBeInstanceOf(TransferError)
+      const resumed = await within(agent.resume(failed as TransferError), 30_000, 'the resume')
+      expect(resumed.blocksSkipped + resumed.blocks).toBe(1)
+      expect(Buffer.compare(remote.bytes.subarray(4 * KiB), local.bytes.subarray(0, 4 * KiB))).toBe(0)
+      await agent.unregister(local, { timeoutMs: 10_000 })
+      await server.unregister(remote, { timeoutMs: 10_000 })
+    })
+
     it('a batch refused alone (its local segment unregistered during the transfer) fails its transfer, not the link', async () => {
       const { server } = ctx
       const agent = await TransferAgent.create({ host, port: 0, name: 'refused', qpsPerPeer: 1, transport })

@@ -81,4 +81,18 @@ describe('landed blocks', () => {
     expect(tally.bytes).toBe(n * 4096)
     expect(tally.bitmap.every((byte) => byte === 0xff)).toBe(true)
   })
+
+  it('blocks in remote order, none continuing the last and none cut (one block, say): the plan is the blocks themselves, with no mapping columns, and each completed slice lands its block', () => {
+    const cols = emptyColumns(3)
+    const rows = [[0, 0, 100], [300, 4096, 200], [100, 8192, 50]] // loff, roff, len: gaps on the remote side
+    rows.forEach(([loff, roff, len], i) => { cols.loff[i] = loff!; cols.roff[i] = roff!; cols.len[i] = len! })
+    const plan = planSlices(cols, 4096, 2, 350)
+    expect(plan.slices).toBe(cols)
+    expect({ order: plan.map.order, starts: plan.map.starts, run: plan.map.run, first: plan.map.first }).toEqual({ order: undefined, starts: undefined, run: undefined, first: undefined })
+    const tally = new LandedBlocks(plan.map)
+    tally.add(plan.slices, 1, 3)
+    expect({ bitmap: [...tally.bitmap], count: tally.count, bytes: tally.bytes }).toEqual({ bitmap: [0b110], count: 2, bytes: 250 })
+    tally.add(plan.slices, 0, 1)
+    expect({ bitmap: [...tally.bitmap], count: tally.count, bytes: tally.bytes }).toEqual({ bitmap: [0b111], count: 3, bytes: 350 })
+  })
 })

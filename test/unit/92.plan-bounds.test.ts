@@ -6,6 +6,7 @@
 // code. Then what planning allocates: no JS object, string or boxed number
 // per block (V8's sampling heap profiler; bench/plan.mjs reports the figures).
 import { Session } from 'node:inspector'
+import { setFlagsFromString } from 'node:v8'
 import { describe, expect, it } from 'vitest'
 import { coalesceRuns, emptyColumns, MAX_SLICES, planSlices, remoteOrderIndexes, sliceRuns, validateColumns, type BlockColumns } from '../../lib/transfer/blocks.js'
 import { checkBlocks, type Block, type BlockArrays, type TransferOp } from '../../lib/transfer/plan.js'
@@ -94,7 +95,7 @@ describe('slicing at 2^32 and 2^53', () => {
     const { slices, run } = sliceRuns(columns([[0, 0, 0, TWO_32, 2 * TWO_32 + 5]]), 2 ** 31)
     expect(rows(slices).map((r) => r[4])).toEqual([2 ** 31, 2 ** 31, 2 ** 31, 2 ** 31, 5])
     expect(rows(slices).map((r) => r[3])).toEqual([TWO_32, TWO_32 + 2 ** 31, 2 * TWO_32, 2 * TWO_32 + 2 ** 31, 3 * TWO_32])
-    expect([...run]).toEqual([0, 0, 0, 0, 0])
+    expect([...run!]).toEqual([0, 0, 0, 0, 0])
   })
 
   it('cuts a block that ends at 2^53 - 1 at exact offsets', () => {
@@ -273,4 +274,28 @@ describe('planning allocates no JS heap per block', () => {
     const bytes = allocatedByPlanning(() => planSlices(cols, 65536, 4, n * 4096))
     expect(bytes / n).toBeLessThan(4)
   }, 120_000)
+})
+
+describe('a plan\'s shape is stable', () => {
+  it('plans of one shape share one V8 map, however many are made (the run loads their fields on every batch)', () => {
+    // A plan that was a spread of another object took a map of its own each
+    // time once checkBlocks was optimized: every load of its fields in
+    // run.ts and qp-lane.ts then missed V8's caches (~35k instructions per
+    // 1-block write, bench/icount). %HaveSameMap needs the natives syntax,
+    // turned on here before the function using it is compiled.
+    setFlagsFromString('--allow-natives-syntax')
+    // eslint-disable-next-line no-new-func
+    const sameMap = new Function('a', 'b', 'return %HaveSameMap(a, b)') as (a: unknown, b: unknown) => boolean
+    const local = localTable(1 << 20)
+    const remote = remoteTable(1 << 20, 0x1_0000n)
+    const blocks: Block[] = [{ local: ['kv', 0], remote: ['pool', 0], length: 4096 }]
+    let last = checkBlocks('write', blocks, local, remote, 65536, 1)
+    let changed = 0
+    for (let i = 0; i < 20_000; i++) {
+      const plan = checkBlocks('write', blocks, local, remote, 65536, 1)
+      if (!sameMap(plan, last)) changed++
+      last = plan
+    }
+    expect(changed, 'plans whose map differs from the last one\'s').toBeLessThan(10)
+  })
 })
