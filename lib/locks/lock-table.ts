@@ -10,7 +10,7 @@ import { RdmaError } from '../core/errors.js'
 import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, optionalInteger, typeError } from '../core/validate.js'
-import { Bound } from './bounded.js'
+import { Watchdog } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
 
 export interface RemoteLockTableOptions {
@@ -60,6 +60,10 @@ export class RemoteLockTable {
   readonly maxBackoffMs: number
   readonly #locks: RemoteSlice
   readonly #tokens: RemoteSlice
+  readonly #lockSlices: RemoteSlice[] = []
+  readonly #tokenSlices: RemoteSlice[] = []
+  /** Watches the deadlines of every call in flight with one timer. */
+  readonly #watchdog = new Watchdog()
   /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
   #epoch = BigInt(randomInt(1, 2 ** 40))
 
@@ -85,8 +89,11 @@ export class RemoteLockTable {
 
   /** The remote lock word of lock `lock`. */
   lockWord(lock: number): RemoteSlice {
+    // Made once per lock (a slice is checked and allocated): sparse, so a large table costs only the locks used.
+    const cached = typeof lock === 'number' ? this.#lockSlices[lock] : undefined
+    if (cached !== undefined) return cached
     integer(lock, 'lock', 0, this.size - 1)
-    return this.#locks.region.slice(this.#locks.offset + lock * 8, 8)
+    return (this.#lockSlices[lock] = this.#locks.region.slice(this.#locks.offset + lock * 8, 8))
   }
 
   /**
@@ -113,7 +120,7 @@ export class RemoteLockTable {
     let seen = FREE
     let seenSince = 0
     // One timer (and abort listener) for the whole acquire: its atomics take the QP's fast path.
-    const bound = new Bound(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
+    const bound = this.#watchdog.start(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
     try {
       for (;;) {
         attempt++
@@ -124,8 +131,13 @@ export class RemoteLockTable {
         const leaseStart = performance.now()
         const qp = this.qp
         const cas = qp.compareAndSwap(slot, expect, word)
-        // Expected to succeed: the token's FETCH_ADD goes in the same turn, behind the CAS (RC keeps their order).
-        const behind = last === FREE || expect !== FREE ? qp.fetchAndAdd(tokenWord, 1n) : undefined
+        let behind: Promise<bigint> | undefined
+        if (last === FREE || expect !== FREE) {
+          // Expected to succeed: the token's FETCH_ADD goes right behind the CAS, before its answer (RC keeps
+          // their order). Posted a microtask later, once the CAS's turn closed: then it too takes the fast path.
+          await undefined
+          behind = qp.fetchAndAdd(tokenWord, 1n)
+        }
         let before: bigint
         try {
           before = await bound.wait(cas)
@@ -215,7 +227,7 @@ export class RemoteLockTable {
   /** One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal (ABORT_ERR). */
   async #bounded(verb: string, atomic: Promise<bigint>, options: LockWaitOptions): Promise<bigint> {
     const { signal, timeoutMs } = waitFor(options)
-    const bound = new Bound(timeoutMs, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
+    const bound = this.#watchdog.start(timeoutMs, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
       () => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal!.reason }))
     try {
       return await bound.wait(atomic)
@@ -225,7 +237,7 @@ export class RemoteLockTable {
   }
 
   #tokenWord(lock: number): RemoteSlice {
-    return this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
+    return this.#tokenSlices[lock] ??= this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
   }
 }
 
