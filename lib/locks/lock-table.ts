@@ -119,7 +119,7 @@ export class RemoteLockTable {
     let last = FREE // what the last CAS found
     let seen = FREE
     let seenSince = 0
-    // One timer (and abort listener) for the whole acquire: its atomics take the QP's fast path.
+    // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
     const bound = this.#watchdog.start(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
     try {
       for (;;) {
