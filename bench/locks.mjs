@@ -1,50 +1,73 @@
 #!/usr/bin/env node
 // `npm run bench -- locks`: what a lock table on one-sided atomics
-// (lib/locks RemoteLockTable) costs, next to perftest's ib_atomic_bw and
-// ib_atomic_lat in the same boot.
-//   - uncontended acquire+release latency (1 client, 1 lock: CAS + FETCH_ADD + CAS),
-//     next to one CAS round trip of ours and ib_atomic_lat's;
-//   - throughput at 1, 4 and 8 clients: acquire+release pairs per second, each client
-//     on its own lock (no contention), and full rounds (acquire, fence+READ, WRITE,
-//     release) with all clients on 4 shared locks. Atomics/s = 3 per pair, compared
-//     with ib_atomic_bw's message rate.
-// Clients are connections (rdma_cm, own QP and CQ each) in this one process: the
-// server side is registered memory only. Options: --seconds S (per point, default 4).
+// (lib/locks RemoteLockTable) costs, next to perftest's ib_atomic_lat and
+// ib_atomic_bw (CAS) in the same boot, over several rounds (each round runs
+// perftest again, so every ratio is against the reference of its own round).
+//   - latency, one client in this process, one lock, nothing else running: one
+//     CAS round trip (compareAndSwap()), and an uncontended acquire+release
+//     (3 atomics in 2 round trips), with an event CQ and with a busy-polled CQ;
+//   - throughput with 1, 2, 4, 8 client *processes*, each its own connection:
+//     acquire+release pairs per second, each client on its own lock (no
+//     contention; atomics/s = 3 per pair, against ib_atomic_bw's message rate);
+//   - fairness under contention: the same processes all on one lock, full
+//     rounds (acquire, fence + READ, WRITE, release); acquisitions per client,
+//     max/min, and the counter checked exactly at the end.
+// Options: --seconds S (per point, default 3), --rounds R (default 5),
+// --processes 1,2,4,8, --poll event|busy (the client processes' CQs, default event),
+// --dist DIR (another build of the library, e.g. bench/results/variants/NAME/dist
+// from bench/icount/snapshot.sh, its addon named by NODE_IBVERBS_ADDON: a before/after in one boot).
+//
+// `npm run bench -- locks --icount [--n 2000] [--variants DIR,...]`: instructions
+// per CAS and per uncontended acquire+release instead, counted by the QEMU
+// plugin of bench/icount.mjs in one boot, for the working tree's dist and each
+// variant (a directory made by `bash bench/icount/snapshot.sh NAME`).
 import { spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
+const M = 64 // locks in the table
+const SHARED = 0 // the contended lock (own locks: 1 + client index)
+const ACCESS = (Access) => Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite | Access.RemoteAtomic
+
+/** The library's entry: ../dist, or the build --dist names (passed on to the client processes as LOCKS_BENCH_DIST). */
+const entry = () => process.env.LOCKS_BENCH_DIST ? pathToFileURL(resolve(process.env.LOCKS_BENCH_DIST, 'index.js')).href : '../dist/index.js'
+
+function option(argv, name, fallback) {
+  const i = argv.indexOf(name)
+  return i < 0 ? fallback : argv[i + 1]
+}
 
 export async function main(argv) {
-  const seconds = argv.includes('--seconds') ? Number(argv[argv.indexOf('--seconds') + 1]) : 4
-  const { listDevices } = await import('../dist/index.js')
+  if (argv[0] === '--client') return client(argv.slice(1))
+  if (argv[0] === '--guest') return icountGuest(argv.slice(1))
+  if (argv[0] === '--icount-paths') return icountPaths(argv.slice(1))
+  if (argv.includes('--icount')) return icountHost(argv)
+  if (option(argv, '--dist', undefined)) process.env.LOCKS_BENCH_DIST = resolve(option(argv, '--dist', undefined))
+  const seconds = Number(option(argv, '--seconds', 3))
+  const rounds = Number(option(argv, '--rounds', 5))
+  const counts = option(argv, '--processes', '1,2,4,8').split(',').map(Number)
+  const poll = option(argv, '--poll', 'event')
+  const { listDevices } = await import(entry())
   if (!process.env.SOFTROCE_MODE && listDevices().length === 0) {
     console.error('bench locks: no RDMA device here; running inside the Soft-RoCE environment')
-    const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--timeout', '1800', '--', process.execPath, fileURLToPath(import.meta.url), ...argv], { cwd: root, stdio: 'inherit' })
+    const child = spawn('bash', [join(root, 'scripts', 'softroce.sh'), 'run', '--timeout', '3600', '--', process.execPath, fileURLToPath(import.meta.url), ...argv], { cwd: root, stdio: 'inherit' })
     process.exitCode = await new Promise((r) => child.on('close', r)) ?? 1
     return
   }
-  const { Access, connect, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion, RemoteLockTable } = await import('../dist/index.js')
-  const { perftest, run, roceV2Ipv4GidIndex } = await import('./perftest.mjs')
+  const { Access, connect, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion, RemoteLockTable } = await import(entry())
+  const { perftest, roceV2Ipv4GidIndex } = await import('./perftest.mjs')
   const deviceName = process.env.SOFTROCE_DEVICE || process.env.NODE_IBVERBS_DEVICE || listDevices()[0].name
   const gidIndex = roceV2Ipv4GidIndex(deviceName)
+  const addr = process.env.SOFTROCE_ADDR || '127.0.0.1'
   const log = (s) => process.stderr.write(s + '\n')
 
-  // perftest first: the reference in this boot.
-  // A failed perftest run (e.g. its 60 s limit on a busy machine) leaves its column empty, not the whole benchmark.
-  const atomicBw = await perftest({ test: 'atomic_cas_bw', size: 8, iters: 3000, txDepth: 128, device: deviceName, gidIndex, addr: process.env.SOFTROCE_ADDR || '127.0.0.1' })
-    .catch((e) => { log(`ib_atomic_bw failed: ${String(e.message).split('\n')[0]}`); return undefined })
-  log(`ib_atomic_bw CAS: ${atomicBw?.mpps} Mpps`)
-  const atomicLat = await perftestLat(run, deviceName, gidIndex).catch(() => undefined)
-  log(`ib_atomic_lat CAS: typical ${atomicLat?.tTypical} µs`)
-
-  // The table: 64 lock words, 64 counters, 64 records (fence, counter) in one region.
-  const M = 64
+  // The table: M lock words, M counters, M records (fence, counter) in one region of this process.
   const device = openDevice(deviceName)
   const pd = device.allocPd()
-  const table = pd.allocRegion(32 * M, Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite | Access.RemoteAtomic)
+  const table = pd.allocRegion(32 * M, ACCESS(Access))
   table.bytes.fill(0)
   const v4 = device.gids(1).find((g) => g.gid.startsWith('::ffff:'))
   const host = process.env.SOFTROCE_ADDR || v4.gid.slice(7)
@@ -53,101 +76,231 @@ export async function main(argv) {
   void (async () => {
     for (let r; (r = await listener.accept());) served.push(await r.accept({ privateData: encodeDescriptors([table.describe()]) }))
   })()
-  const clients = []
-  for (let i = 0; i < 8; i++) {
-    const conn = await connect({ host, port: listener.address.port, pd })
+  const port = listener.address.port
+
+  // In-process clients for the latency rows: one on an event CQ, one on a busy CQ.
+  const inProcess = {}
+  for (const [mode, owner] of [['event', 101], ['busy', 102]]) {
+    const conn = await connect({ host, port, pd, cqOptions: { pollMode: mode } })
     const remote = remoteRegion(decodeDescriptors(conn.privateData)[0])
-    const locks = new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner: i + 1, leaseMs: 10_000 })
-    clients.push({ conn, remote, locks, local: pd.allocRegion(8, Access.LocalWrite) })
+    inProcess[mode] = { conn, remote, locks: new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000 }) }
   }
 
-  // Latency: one client, one lock, nothing else running.
-  const c0 = clients[0]
-  const lat = []
-  const cas = []
-  for (let i = 0; i < 1000; i++) {
-    let t = performance.now()
-    await c0.conn.qp.compareAndSwap(c0.remote.slice(8 * (M - 1), 8), 0n, 0n)
-    cas.push((performance.now() - t) * 1000)
-    t = performance.now()
-    const grant = await c0.locks.acquire(0)
-    await c0.locks.release(grant)
-    lat.push((performance.now() - t) * 1000)
-  }
+  // The client processes, started once: each connects and then runs what it is told, a line of JSON at a time.
+  const most = Math.max(...counts)
+  log(`starting ${most} client processes (--poll ${poll})`)
+  const procs = await Promise.all(Array.from({ length: most }, (_, i) => startClient(host, port, i + 1, poll)))
+
   const q = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(p * s.length))] }
-  log(`acquire+release: median ${q(lat, 0.5).toFixed(1)} µs; CAS: ${q(cas, 0.5).toFixed(1)} µs`)
-
-  // Throughput: `n` clients for `seconds`, each running `body` in a loop.
-  async function rate(n, body) {
-    const end = performance.now() + seconds * 1000
-    const counts = await Promise.all(clients.slice(0, n).map(async (c, i) => {
-      let done = 0
-      while (performance.now() < end) { await body(c, i); done++ }
-      return done
-    }))
-    return counts.reduce((a, b) => a + b, 0) / seconds
+  const results = []
+  for (let round = 1; round <= rounds; round++) {
+    // perftest first: the reference of this round. A failed run leaves its cells empty, not the whole benchmark.
+    const bw = await perftest({ test: 'atomic_cas_bw', size: 8, iters: 3000, txDepth: 128, device: deviceName, gidIndex, addr })
+      .catch((e) => { log(`ib_atomic_bw failed: ${String(e.message).split('\n')[0]}`); return undefined })
+    const lat = await atomicLat(deviceName, gidIndex, addr).catch((e) => { log(`ib_atomic_lat failed: ${e.message}`); return undefined })
+    const r = { round, atomicLat: lat?.tTypical, atomicBw: bw ? bw.mpps * 1e6 : undefined, latency: {}, procs: [] }
+    for (const mode of ['event', 'busy']) {
+      const c = inProcess[mode]
+      const word = c.remote.slice(8 * (M - 1), 8)
+      const cas = [], pairs = []
+      for (let i = 0; i < 1200; i++) {
+        let t = performance.now()
+        await c.conn.qp.compareAndSwap(word, 0n, 0n)
+        const tc = (performance.now() - t) * 1000
+        t = performance.now()
+        await c.locks.release(await c.locks.acquire(M - 2))
+        const tp = (performance.now() - t) * 1000
+        if (i >= 200) { cas.push(tc); pairs.push(tp) } // the first 200: warm-up
+      }
+      r.latency[mode] = { cas: q(cas, 0.5), pair: q(pairs, 0.5), pairP99: q(pairs, 0.99) }
+    }
+    for (const n of counts) {
+      const own = await Promise.all(procs.slice(0, n).map((p) => p.ask({ cmd: 'own', seconds })))
+      const shared = await Promise.all(procs.slice(0, n).map((p) => p.ask({ cmd: 'shared', seconds })))
+      const perClient = shared.map((s) => s.done)
+      r.procs.push({ n, pairs: own.reduce((a, s) => a + s.done / s.elapsed, 0), rounds: shared.reduce((a, s) => a + s.done / s.elapsed, 0),
+        maxMin: Math.min(...perClient) === 0 ? Infinity : Math.max(...perClient) / Math.min(...perClient), perClient, attemptsMax: Math.max(...shared.map((s) => s.attemptsMax)) })
+    }
+    results.push(r)
+    const l = r.latency
+    log(`round ${round}: ib_atomic_lat ${r.atomicLat} µs, ib_atomic_bw ${r.atomicBw} msg/s; CAS event ${l.event.cas.toFixed(1)} busy ${l.busy.cas.toFixed(1)} µs; acquire+release event ${l.event.pair.toFixed(1)} busy ${l.busy.pair.toFixed(1)} µs; ` +
+      r.procs.map((p) => `${p.n} procs ${p.pairs.toFixed(0)} pairs/s, shared ${p.rounds.toFixed(0)} rounds/s, per client ${p.perClient.join('/')}`).join('; '))
   }
-  const pair = async (c, i) => c.locks.release(await c.locks.acquire(i))
-  let seed = 12345
-  const round = async (c) => {
-    seed = (seed * 1664525 + 1013904223) >>> 0
-    const lock = (seed >>> 8) % 4
-    const grant = await c.locks.acquire(lock, { timeoutMs: 60_000 })
-    const record = 16 * M + 16 * lock
-    await Promise.all([c.locks.fence(grant.token, c.remote.slice(record, 8)), c.conn.qp.read(c.local.slice(0, 8), c.remote.slice(record + 8, 8))])
-    const view = new DataView(c.local.bytes.buffer, c.local.bytes.byteOffset, 8)
-    view.setBigUint64(0, view.getBigUint64(0, true) + 1n, true)
-    await c.conn.qp.write(c.local.slice(0, 8), c.remote.slice(record + 8, 8))
-    await c.locks.release(grant)
-  }
-  const rows = []
-  for (const n of [1, 4, 8]) {
-    const pairs = await rate(n, pair)
-    const rounds = await rate(n, round)
-    rows.push({ n, pairs, rounds })
-    log(`${n} clients: ${pairs.toFixed(0)} acquire+release/s, ${rounds.toFixed(0)} rounds/s on 4 locks`)
-  }
-  // The rounds must not have lost an update (cheap check of the benchmark itself).
+  // The shared rounds must not have lost an update (the benchmark checks itself).
   const view = new DataView(table.bytes.buffer, table.bytes.byteOffset, table.bytes.byteLength)
-  let counted = 0
-  for (let l = 0; l < 4; l++) counted += Number(view.getBigUint64(16 * M + 16 * l + 8, true))
-  const expected = rows.reduce((s, r) => s + Math.round(r.rounds * seconds), 0)
+  const counted = Number(view.getBigUint64(16 * M + 16 * SHARED + 8, true))
+  const expected = results.reduce((s, r) => s + r.procs.reduce((a, p) => a + p.perClient.reduce((x, y) => x + y, 0), 0), 0)
+  for (const p of procs) p.child.stdin.end()
+  await Promise.all(procs.map((p) => p.exited))
 
-  const f = (x, d = 0) => x.toFixed(d)
-  const out = []
-  out.push(`Lock table on ${deviceName} (Node ${process.version}, ${new Date().toISOString()}, ${seconds} s per point; clients are rdma_cm connections in one process)`)
-  out.push('')
-  out.push('| measure | perftest | ours | ratio |')
-  out.push('|---|---:|---:|---:|')
-  out.push(`| CAS round trip, typical µs (ib_atomic_lat / our compareAndSwap) | ${atomicLat ? f(atomicLat.tTypical, 1) : '–'} | ${f(q(cas, 0.5), 1)} | ${atomicLat ? f(q(cas, 0.5) / atomicLat.tTypical, 2) : '–'} |`)
-  out.push(`| uncontended acquire+release, median µs (3 atomics) | – | ${f(q(lat, 0.5), 1)} | ${f(q(lat, 0.5) / q(cas, 0.5), 2)} × our CAS |`)
-  out.push(`| uncontended acquire+release, p99 µs | – | ${f(q(lat, 0.99), 1)} | |`)
-  out.push('')
-  out.push(`| clients | acquire+release/s (own lock each) | atomics/s | ib_atomic_bw CAS msg/s | ratio | rounds/s on 4 shared locks |`)
-  out.push('|---:|---:|---:|---:|---:|---:|')
-  for (const r of rows) {
-    const ref = atomicBw ? atomicBw.mpps * 1e6 : NaN
-    out.push(`| ${r.n} | ${f(r.pairs)} | ${f(3 * r.pairs)} | ${atomicBw ? f(ref) : '–'} | ${atomicBw ? f((3 * r.pairs) / ref, 3) : '–'} | ${f(r.rounds)} |`)
+  const f = (x, d = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(d))
+  // Median over rounds, and the rounds' min–max.
+  const over = (get, d = 2) => {
+    const xs = results.map(get).filter((x) => x !== undefined && Number.isFinite(x))
+    if (xs.length === 0) return '–'
+    return `${f(q(xs, 0.5), d)} (${f(Math.min(...xs), d)}–${f(Math.max(...xs), d)})`
   }
+  const ratio = (a, b) => (a === undefined || b === undefined ? undefined : a / b)
+  const out = []
+  out.push(`Lock table on ${deviceName} (Node ${process.version}, ${new Date().toISOString()}, ${rounds} rounds, ${seconds} s per point; client processes' CQs: ${poll}; library: ${process.env.LOCKS_BENCH_DIST ?? 'dist'})`)
+  out.push('Each cell: median over rounds (min–max); every ratio is against perftest in its own round.')
   out.push('')
-  out.push(`Rounds check: ${counted} increments counted on the 4 shared locks (${expected} rounds measured, rounded per point).`)
+  out.push('| measure | target | event CQ | busy CQ |')
+  out.push('|---|---|---:|---:|')
+  out.push(`| \`ib_atomic_lat\` CAS, typical µs | | ${over((r) => r.atomicLat, 1)} | |`)
+  out.push(`| CAS round trip (\`compareAndSwap()\`), median µs | | ${over((r) => r.latency.event.cas, 1)} | ${over((r) => r.latency.busy.cas, 1)} |`)
+  out.push(`| CAS / \`ib_atomic_lat\` | ≤ 1.5 | ${over((r) => ratio(r.latency.event.cas, r.atomicLat))} | ${over((r) => ratio(r.latency.busy.cas, r.atomicLat))} |`)
+  out.push(`| uncontended acquire + release, median µs | | ${over((r) => r.latency.event.pair, 1)} | ${over((r) => r.latency.busy.pair, 1)} |`)
+  out.push(`| acquire + release / our CAS | ≤ 2.5 | ${over((r) => ratio(r.latency.event.pair, r.latency.event.cas))} | ${over((r) => ratio(r.latency.busy.pair, r.latency.busy.cas))} |`)
+  out.push(`| acquire + release / \`ib_atomic_lat\` | | ${over((r) => ratio(r.latency.event.pair, r.atomicLat))} | ${over((r) => ratio(r.latency.busy.pair, r.atomicLat))} |`)
+  out.push(`| acquire + release, p99 µs | | ${over((r) => r.latency.event.pairP99, 0)} | ${over((r) => r.latency.busy.pairP99, 0)} |`)
+  out.push('')
+  out.push('| client processes | acquire + release/s (own lock each) | atomics/s / `ib_atomic_bw` CAS msg/s | rounds/s, all on 1 lock | acquisitions per client, max/min | most CAS tries of one acquire |')
+  out.push('|---:|---:|---:|---:|---:|---:|')
+  counts.forEach((n, i) => {
+    out.push(`| ${n} | ${over((r) => r.procs[i].pairs, 0)} | ${over((r) => ratio(3 * r.procs[i].pairs, r.atomicBw), 3)} | ${over((r) => r.procs[i].rounds, 0)} | ${over((r) => r.procs[i].maxMin, 2)} | ${over((r) => r.procs[i].attemptsMax, 0)} |`)
+  })
+  out.push('')
+  out.push(`\`ib_atomic_bw\` CAS: ${over((r) => r.atomicBw, 0)} msg/s. Rounds check: ${counted} increments counted on the shared lock's record for ${expected} rounds made${counted === expected ? '' : ' (MISMATCH)'}.`)
   process.stdout.write(out.join('\n') + '\n')
-  for (const c of clients) await c.conn.disconnect()
+  for (const c of Object.values(inProcess)) await c.conn.disconnect()
   listener.close()
   for (const s of served) s.close()
+  device.close()
+  if (counted !== expected) process.exitCode = 1
+}
+
+/** A client process: `ask(command)` sends a line and resolves with its JSON answer. */
+async function startClient(host, port, owner, poll) {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--client', host, String(port), String(owner), poll], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const lines = createInterface({ input: child.stdout })
+  const waiting = []
+  lines.on('line', (line) => waiting.shift()?.(JSON.parse(line)))
+  const exited = new Promise((r) => child.on('exit', r))
+  const next = () => new Promise((r) => waiting.push(r))
+  await next() // ready
+  return { child, exited, ask: (command) => { const answer = next(); child.stdin.write(JSON.stringify(command) + '\n'); return answer } }
+}
+
+async function client([host, port, ownerText, poll]) {
+  const { Access, connect, decodeDescriptors, remoteRegion, RemoteLockTable } = await import(entry())
+  const owner = Number(ownerText)
+  const conn = await connect({ host, port: Number(port), cqOptions: { pollMode: poll } })
+  const remote = remoteRegion(decodeDescriptors(conn.privateData)[0])
+  const locks = new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000 })
+  const local = conn.pd.allocRegion(8, ACCESS(Access))
+  const view = new DataView(local.bytes.buffer, local.bytes.byteOffset, 8)
+  const record = 16 * M + 16 * SHARED
+  const bodies = {
+    own: async () => { await locks.release(await locks.acquire(owner)); return 1 },
+    shared: async () => {
+      const grant = await locks.acquire(SHARED, { timeoutMs: 60_000 })
+      await Promise.all([locks.fence(grant.token, remote.slice(record, 8)), conn.qp.read(local.slice(0, 8), remote.slice(record + 8, 8))])
+      view.setBigUint64(0, view.getBigUint64(0, true) + 1n, true)
+      await conn.qp.write(local.slice(0, 8), remote.slice(record + 8, 8))
+      await locks.release(grant)
+      return grant.attempts
+    },
+  }
+  process.stdout.write('{"ready":true}\n')
+  for await (const line of createInterface({ input: process.stdin })) {
+    const { cmd, seconds } = JSON.parse(line)
+    const t0 = performance.now()
+    const end = t0 + seconds * 1000
+    let done = 0
+    let attemptsMax = 0
+    while (performance.now() < end) { attemptsMax = Math.max(attemptsMax, await bodies[cmd]()); done++ }
+    process.stdout.write(JSON.stringify({ done, elapsed: (performance.now() - t0) / 1000, attemptsMax }) + '\n')
+  }
+  await conn.disconnect()
+}
+
+// --- instruction counts (--icount) -------------------------------------------------
+
+async function icountHost(argv) {
+  const { buildTools, qemuWrapper, bootGuest, rows, markdown } = await import('./icount.mjs')
+  const { existsSync, mkdirSync, readFileSync } = await import('node:fs')
+  buildTools()
+  const dir = join(root, 'bench', 'results', `locks-icount-${new Date().toISOString().replace(/[:.]/g, '-')}`)
+  mkdirSync(dir, { recursive: true })
+  const log = join(dir, 'plugin.log')
+  const { code, out } = await bootGuest(fileURLToPath(import.meta.url), argv.filter((a) => a !== '--icount'), qemuWrapper(log, false))
+  const labels = out.split('\n').filter((l) => l.startsWith('@icount ')).map((l) => JSON.parse(l.slice(8)))
+  const regions = (existsSync(log) ? readFileSync(log, 'utf8') : '').split('\n').filter((l) => l.startsWith('REGION ')).map((line) => {
+    const f = line.split(' ')
+    const get = (k) => Number(f[f.indexOf(k) + 1])
+    return { user: get('user'), kernel: get('kernel') }
+  })
+  if (labels.length === 0 || labels.length !== regions.length) {
+    process.stdout.write(out)
+    throw new Error(`${labels.length} labels but ${regions.length} plugin regions (guest exit ${code}); plugin output: ${log}`)
+  }
+  process.stdout.write(markdown(rows(labels, regions), `${new Date().toISOString().slice(0, 10)}, Node ${process.version}, one boot; lock paths`))
+  if (code !== 0) process.exitCode = code
+}
+
+/** In the guest: the paths of each build in a process of its own, their @icount lines forwarded in order. */
+async function icountGuest(argv) {
+  const marker = join(here, 'icount', 'build', 'marker.node')
+  const n = option(argv, '--n', '2000')
+  const builds = [undefined, ...option(argv, '--variants', '').split(',').filter(Boolean)]
+  for (const dir of builds) {
+    const variant = dir && resolve(root, dir)
+    const args = [fileURLToPath(import.meta.url), '--icount-paths', marker, '--n', n, ...(variant ? ['--dist', join(variant, 'dist'), '--tag', variant.split('/').pop()] : [])]
+    const env = variant ? { ...process.env, NODE_IBVERBS_ADDON: join(variant, 'node_ibverbs.node') } : process.env
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env })
+    const lines = createInterface({ input: child.stdout })
+    lines.on('line', (line) => (line.startsWith('@icount ') ? process.stdout : process.stderr).write(line + '\n'))
+    const code = await new Promise((r) => child.on('close', r))
+    if (code !== 0) throw new Error(`lock paths of ${variant ?? 'dist'} exited with ${code}`)
+  }
+}
+
+/** One build's lock paths, each warmed up, then run N times between two markers (twice: the host keeps the smaller). */
+async function icountPaths(argv) {
+  const { createRequire } = await import('node:module')
+  const { mark } = createRequire(import.meta.url)(argv[0])
+  const n = Number(option(argv, '--n', 2000))
+  const tag = option(argv, '--tag', undefined)
+  if (option(argv, '--dist', undefined)) process.env.LOCKS_BENCH_DIST = resolve(option(argv, '--dist', undefined))
+  const { openDevice, RemoteLockTable } = await import(entry())
+  const { connectedPair } = await import('./pair.mjs')
+  const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
+  const paths = []
+  for (const mode of ['busy', 'event']) {
+    const { c, s } = await connectedPair(device, mode)
+    const remote = s.mr.asRemote()
+    const locks = new RemoteLockTable(c.qp, { locks: remote.slice(0, 64), tokens: remote.slice(64, 64), owner: 1, leaseMs: 60_000 })
+    paths.push({ label: `await qp.compareAndSwap() (${mode} CQ)`, f: () => c.qp.compareAndSwap(remote.slice(256, 8), 0n, 0n) })
+    paths.push({ label: `lock: uncontended acquire + release (${mode} CQ)`, f: async () => locks.release(await locks.acquire(3)) })
+  }
+  for (const path of paths) {
+    // eslint-disable-next-line no-new-func
+    const run = new Function('f', 'n', 'return (async () => { for (let i = 0; i < n; i++) await f() })()').bind(null, path.f)
+    await run(n)
+    for (const t0 = performance.now(); performance.now() - t0 < 4000;) await run(Math.min(n, 500))
+    for (let twice = 0; twice < 2; twice++) {
+      const t0 = performance.now()
+      mark(1)
+      await run(n)
+      mark(2)
+      const us = ((performance.now() - t0) * 1000) / n
+      process.stdout.write('@icount ' + JSON.stringify({ label: tag ? `[${tag}] ${path.label}` : path.label, n, us }) + '\n')
+    }
+  }
   device.close()
 }
 
 /** ib_atomic_lat (CAS), server and client on this device. */
-async function perftestLat(run, device, gidIndex) {
-  const { parse } = await import('./perftest.mjs')
+async function atomicLat(device, gidIndex, addr) {
+  const { parse, run } = await import('./perftest.mjs')
   const port = String(19515 + Math.floor(Math.random() * 1000))
   const args = ['-A', 'CMP_AND_SWAP', '-d', device, '-x', String(gidIndex), '-F', '-p', port, '-n', '1000']
   const server = run('ib_atomic_lat', args, 60_000)
   let client
   for (let attempt = 0; attempt < 20; attempt++) {
     await new Promise((r) => setTimeout(r, attempt === 0 ? 300 : 500))
-    client = await run('ib_atomic_lat', [...args, process.env.SOFTROCE_ADDR || '127.0.0.1'], 60_000)
+    client = await run('ib_atomic_lat', [...args, addr], 60_000)
     if (!/Couldn't connect|Unable to init the socket/.test(client.out)) break
   }
   await server

@@ -10,6 +10,7 @@ import { RdmaError } from '../core/errors.js'
 import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, optionalInteger, typeError } from '../core/validate.js'
+import { Watchdog } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
 
 export interface RemoteLockTableOptions {
@@ -59,6 +60,10 @@ export class RemoteLockTable {
   readonly maxBackoffMs: number
   readonly #locks: RemoteSlice
   readonly #tokens: RemoteSlice
+  readonly #lockSlices: RemoteSlice[] = []
+  readonly #tokenSlices: RemoteSlice[] = []
+  /** Watches the deadlines of every call in flight with one timer. */
+  readonly #watchdog = new Watchdog()
   /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
   #epoch = BigInt(randomInt(1, 2 ** 40))
 
@@ -84,58 +89,94 @@ export class RemoteLockTable {
 
   /** The remote lock word of lock `lock`. */
   lockWord(lock: number): RemoteSlice {
+    // Made once per lock (a slice is checked and allocated): sparse, so a large table costs only the locks used.
+    const cached = typeof lock === 'number' ? this.#lockSlices[lock] : undefined
+    if (cached !== undefined) return cached
     integer(lock, 'lock', 0, this.size - 1)
-    return this.#locks.region.slice(this.#locks.offset + lock * 8, 8)
+    return (this.#lockSlices[lock] = this.#locks.region.slice(this.#locks.offset + lock * 8, 8))
   }
 
   /**
    * Takes lock `lock`: CAS(0 -> owner|epoch) until it succeeds, backing off
-   * exponentially (capped at maxBackoffMs). A lock word that stays the same
-   * for leaseMs + graceMs of this client's clock belongs to a holder whose
-   * lease ran out: it is stolen with a CAS on that exact value. Then a
-   * FETCH_ADD on the lock's counter gives the fencing token. Rejects with
+   * exponentially (capped at maxBackoffMs). While the lock is expected free
+   * (the first try, or the last CAS found it free) the FETCH_ADD that gives
+   * the fencing token is posted right behind the CAS on the same QP, which
+   * executes them in order at the responder: one round trip (a failed CAS
+   * then wastes a token, which is harmless: tokens only have to grow). After
+   * a CAS that found the lock held, the next tries post the CAS alone and
+   * take the token once it succeeds. A lock word that stays the same for
+   * leaseMs + graceMs of this client's clock belongs to a holder whose lease
+   * ran out: it is stolen with a CAS on that exact value. Rejects with
    * ERR_LOCK_TIMEOUT after timeoutMs (ABORT_ERR on abort); never waits forever.
    */
   async acquire(lock: number, options: LockWaitOptions = {}): Promise<LockGrant> {
     const slot = this.lockWord(lock)
+    const tokenWord = this.#tokenWord(lock)
     const { deadline, signal, timeoutMs } = waitFor(options)
+    if (signal?.aborted) throw aborted(lock, signal)
+    let attempt = 0
     let expect = FREE
+    let last = FREE // what the last CAS found
     let seen = FREE
     let seenSince = 0
-    for (let attempt = 1; ; attempt++) {
-      if (signal?.aborted) throw new RdmaError(`acquire of lock ${lock} was aborted`, { code: 'ABORT_ERR', verb: 'acquire', cause: signal.reason })
-      if (attempt > 1 && performance.now() >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
-      this.#epoch = nextEpoch(this.#epoch)
-      const word = heldWord(this.owner, this.#epoch)
-      // The lease starts before the CAS is posted: a waiter can only see our word later than this.
-      const leaseStart = performance.now()
-      const before = await this.qp.compareAndSwap(slot, expect, word, { timeoutMs: remaining(deadline) })
-      if (before === expect) {
-        const token = (await this.qp.fetchAndAdd(this.#tokenWord(lock), 1n, { timeoutMs: remaining(deadline) })) + 1n
-        const grant: LockGrant = { lock, word, token, leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: expect === FREE ? undefined : expect, attempts: attempt }
-        // A token taken after the lease ran out may be newer than a thief's: give the lock back and try again.
-        if (performance.now() < grant.leaseEndsAt) return grant
-        await this.release(grant).catch(() => {})
+    // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
+    const bound = this.#watchdog.start(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
+    try {
+      for (;;) {
+        attempt++
+        if (attempt > 1 && performance.now() >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
+        this.#epoch = nextEpoch(this.#epoch)
+        const word = heldWord(this.owner, this.#epoch)
+        // The lease starts before the CAS is posted: a waiter can only see our word later than this.
+        const leaseStart = performance.now()
+        const qp = this.qp
+        const cas = qp.compareAndSwap(slot, expect, word)
+        let behind: Promise<bigint> | undefined
+        if (last === FREE || expect !== FREE) {
+          // Expected to succeed: the token's FETCH_ADD goes right behind the CAS, before its answer (RC keeps
+          // their order). Posted a microtask later, once the CAS's turn closed: then it too takes the fast path.
+          await undefined
+          behind = qp.fetchAndAdd(tokenWord, 1n)
+        }
+        let before: bigint
+        try {
+          before = await bound.wait(cas)
+        } catch (error) {
+          behind?.catch(ignore)
+          throw error
+        }
+        if (before === expect) {
+          const token = (await bound.wait(behind ?? qp.fetchAndAdd(tokenWord, 1n))) + 1n
+          const grant: LockGrant = { lock, word, token, leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: expect === FREE ? undefined : expect, attempts: attempt }
+          // A token taken after the lease ran out may be newer than a thief's: give the lock back and try again.
+          if (performance.now() < grant.leaseEndsAt) return grant
+          await this.release(grant).catch(ignore)
+          expect = FREE
+          last = FREE
+          continue
+        }
+        behind?.catch(ignore) // a wasted token: nobody needs to wait for it
+        last = before
         expect = FREE
-        continue
+        if (before !== FREE) {
+          const now = performance.now()
+          // The waiter's clock starts when it has seen the value (after the holder's lease started).
+          if (before !== seen) { seen = before; seenSince = now }
+          else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
+        }
+        const delay = before === FREE ? 0 : backoffMs(attempt - 1, this.maxBackoffMs)
+        if (performance.now() + delay >= deadline) throw timedOut(lock, timeoutMs, attempt, before)
+        await bound.wait(sleep(delay))
       }
-      expect = FREE
-      if (before !== FREE) {
-        const now = performance.now()
-        // The waiter's clock starts when it has seen the value (after the holder's lease started).
-        if (before !== seen) { seen = before; seenSince = now }
-        else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
-      }
-      const delay = before === FREE ? 0 : backoffMs(attempt - 1, this.maxBackoffMs)
-      if (performance.now() + delay >= deadline) throw timedOut(lock, timeoutMs, attempt, before)
-      await sleep(delay)
+    } finally {
+      bound.end()
     }
   }
 
   /** Gives the lock back: CAS(word -> 0). ERR_LOCK_LOST if the word is no longer ours (the lease ran out and it was stolen). */
   async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
     object(grant, 'grant')
-    const before = await this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, FREE, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+    const before = await this.#bounded('release', this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, FREE), options)
     if (before !== grant.word) throw lost(grant, before, 'release')
   }
 
@@ -146,7 +187,7 @@ export class RemoteLockTable {
     const word = heldWord(this.owner, this.#epoch)
     const leaseStart = performance.now()
     if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
-    const before = await this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, word, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+    const before = await this.#bounded('renew', this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, word), options)
     if (before !== grant.word) throw lost(grant, before, 'renew')
     return { ...grant, word, leaseEndsAt: leaseStart + this.leaseMs }
   }
@@ -174,7 +215,7 @@ export class RemoteLockTable {
     let expect = 0n
     // Installed values only grow, so each retry sees a larger one: at most one retry per newer install.
     for (;;) {
-      const before = await this.qp.compareAndSwap(fenceWord, expect, token, { timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT })
+      const before = await this.#bounded('fence', this.qp.compareAndSwap(fenceWord, expect, token), options)
       if (before === expect || before === token) return
       if (before > token) {
         throw new RdmaError(`fencing token ${token} refused: the data is fenced by token ${before}`, { code: 'ERR_LOCK_FENCED', verb: 'fence' })
@@ -183,8 +224,20 @@ export class RemoteLockTable {
     }
   }
 
+  /** One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal (ABORT_ERR). */
+  async #bounded(verb: string, atomic: Promise<bigint>, options: LockWaitOptions): Promise<bigint> {
+    const { signal, timeoutMs } = waitFor(options)
+    const bound = this.#watchdog.start(timeoutMs, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
+      () => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal!.reason }))
+    try {
+      return await bound.wait(atomic)
+    } finally {
+      bound.end()
+    }
+  }
+
   #tokenWord(lock: number): RemoteSlice {
-    return this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
+    return this.#tokenSlices[lock] ??= this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
   }
 }
 
@@ -195,9 +248,12 @@ function waitFor(options: LockWaitOptions): { deadline: number; signal: AbortSig
   return { deadline: performance.now() + timeoutMs, signal, timeoutMs }
 }
 
-/** Milliseconds to the deadline, at least 1 (an atomic in flight at the deadline still gets a bounded wait). */
-const remaining = (deadline: number): number => Math.max(1, Math.ceil(deadline - performance.now()))
+const ignore = (): void => {}
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => ms <= 0 ? setImmediate(resolve) : setTimeout(resolve, ms))
+
+function aborted(lock: number, signal: AbortSignal): RdmaError {
+  return new RdmaError(`acquire of lock ${lock} was aborted`, { code: 'ABORT_ERR', verb: 'acquire', cause: signal.reason })
+}
 
 function timedOut(lock: number, timeoutMs: number, attempts: number, word: bigint): RdmaError {
   const holder = decodeWord(word)

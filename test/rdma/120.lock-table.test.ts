@@ -49,8 +49,8 @@ describe('RemoteLockTable', () => {
   afterAll(() => device?.close())
 
   // Layout in b's region: 2 lock words at 0, 2 counters at 16, a fence word at 32.
-  async function table() {
-    const pair = await connectedPair(device, { size: 4096 })
+  async function table(connect?: Record<string, number>) {
+    const pair = await connectedPair(device, { size: 4096, connect })
     const remote = pair.b.region.asRemote()
     const make = (owner: number, leaseMs = 60_000) => new RemoteLockTable(pair.a.qp, { locks: remote.slice(0, 16), tokens: remote.slice(16, 16), owner, leaseMs, graceMs: 0 })
     return { pair, remote, make }
@@ -68,6 +68,23 @@ describe('RemoteLockTable', () => {
       await locks.release(grant)
       expect(u64(pair.b.region, 8)).toBe(0n)
       expect((await locks.acquire(1)).token).toBe(2n)
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('acquire posts the token\'s FETCH_ADD right behind its CAS: both are in flight before either completes (one round trip)', async () => {
+    // Nobody answers (the peer QP is gone, and retries are 4.3 s apart): whatever acquire posts stays in flight.
+    const { pair, make } = await table({ timeout: 20 })
+    try {
+      pair.b.qp.close()
+      const acquiring = make(9).acquire(0, { timeoutMs: 600_000 })
+      acquiring.catch(() => {})
+      await new Promise((resolve) => setImmediate(resolve)) // the sends gathered in acquire's turn are posted
+      // The old client waited for the CAS before it posted the FETCH_ADD: 1 here.
+      expect(pair.a.qp.outstanding).toBe(2)
+      pair.a.qp.close()
+      await expect(acquiring).rejects.toMatchObject({ code: 'ERR_CLOSED' })
     } finally {
       pair.close()
     }

@@ -1,0 +1,100 @@
+// The bounds of lock operations (acquire, release, renew, fence): each call
+// gets a deadline, and one timer per table watches every call in flight,
+// instead of one timer per atomic (the atomics then take the QP's fast path:
+// compareAndSwap()/fetchAndAdd() without options) or even one per call: a
+// Node timer set and cleared costs thousands of instructions, a Set entry
+// a few hundred. An abort listener is added only for a call given a signal.
+
+export class Watchdog {
+  readonly #live = new Set<Bound>()
+  #timer: ReturnType<typeof setTimeout> | undefined
+  #armedFor = Infinity // the deadline the timer fires at
+
+  /** A bound of `ms` from now: `onTimeout` makes its error, `onAbort` the one of an aborted `signal`. */
+  start(ms: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error): Bound {
+    const bound = new Bound(this, performance.now() + ms, onTimeout, signal, onAbort)
+    this.#live.add(bound)
+    if (bound.deadline < this.#armedFor) this.#arm(bound.deadline)
+    return bound
+  }
+
+  /** @internal */
+  remove(bound: Bound): void { this.#live.delete(bound) }
+
+  #arm(deadline: number): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer)
+    this.#armedFor = deadline
+    // Unreferenced: an atomic in flight keeps the loop alive through its CQ, a backoff through its own timer.
+    this.#timer = setTimeout(this.#check, Math.max(0, deadline - performance.now()))
+    this.#timer.unref()
+  }
+
+  readonly #check = (): void => {
+    this.#timer = undefined
+    this.#armedFor = Infinity
+    const now = performance.now()
+    let next = Infinity
+    for (const bound of this.#live) {
+      if (bound.deadline <= now) bound.expire()
+      else if (bound.deadline < next) next = bound.deadline
+    }
+    if (next !== Infinity) this.#arm(next)
+  }
+}
+
+export class Bound {
+  readonly deadline: number
+  #reject: ((error: Error) => void) | undefined
+  #failure: Error | undefined
+  readonly #watchdog: Watchdog
+  readonly #onTimeout: () => Error
+  readonly #signal: AbortSignal | undefined
+  readonly #onAbort: (() => void) | undefined
+
+  constructor(watchdog: Watchdog, deadline: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error) {
+    this.#watchdog = watchdog
+    this.deadline = deadline
+    this.#onTimeout = onTimeout
+    if (signal !== undefined) {
+      this.#signal = signal
+      this.#onAbort = () => this.#fail(onAbort())
+      if (signal.aborted) this.#onAbort()
+      else signal.addEventListener('abort', this.#onAbort, { once: true })
+    }
+  }
+
+  /** Set once the time ran out or the signal aborted. */
+  get failure(): Error | undefined { return this.#failure }
+
+  /**
+   * `promise`, or the bound's error if it comes first. An atomic cut off this
+   * way may still execute at the responder (as one that timed out always could).
+   */
+  wait<T>(promise: Promise<T>): Promise<T> {
+    if (this.#failure !== undefined) {
+      promise.catch(() => {}) // settles later; nobody waits for it any more
+      return Promise.reject(this.#failure)
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.#reject = reject
+      promise.then(resolve, reject)
+    })
+  }
+
+  /** The operation is over: no longer watched. */
+  end(): void {
+    this.#watchdog.remove(this)
+    if (this.#onAbort !== undefined) this.#signal!.removeEventListener('abort', this.#onAbort)
+    this.#reject = undefined
+  }
+
+  /** @internal The watchdog found the deadline passed. */
+  expire(): void { this.#fail(this.#onTimeout()) }
+
+  #fail(error: Error): void {
+    if (this.#failure !== undefined) return
+    this.#failure = error
+    this.#watchdog.remove(this)
+    this.#reject?.(error)
+  }
+}
