@@ -176,18 +176,22 @@ export class RemoteLockTable {
   /** Gives the lock back: CAS(word -> 0). ERR_LOCK_LOST if the word is no longer ours (the lease ran out and it was stolen). */
   async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
     object(grant, 'grant')
-    const before = await this.#bounded('release', this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, FREE), options)
+    const slot = this.lockWord(grant.lock)
+    const wait = waitFor(options) // before the CAS is posted: a refused call changes nothing
+    const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, FREE))
     if (before !== grant.word) throw lost(grant, before, 'release')
   }
 
   /** Extends the lease: CAS(word -> owner|next epoch), which restarts every waiter's count. Same token. */
   async renew(grant: LockGrant, options: LockWaitOptions = {}): Promise<LockGrant> {
     object(grant, 'grant')
+    const slot = this.lockWord(grant.lock)
+    const wait = waitFor(options)
     this.#epoch = nextEpoch(this.#epoch)
     const word = heldWord(this.owner, this.#epoch)
     const leaseStart = performance.now()
     if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
-    const before = await this.#bounded('renew', this.qp.compareAndSwap(this.lockWord(grant.lock), grant.word, word), options)
+    const before = await this.#bounded('renew', wait, this.qp.compareAndSwap(slot, grant.word, word))
     if (before !== grant.word) throw lost(grant, before, 'renew')
     return { ...grant, word, leaseEndsAt: leaseStart + this.leaseMs }
   }
@@ -212,10 +216,11 @@ export class RemoteLockTable {
   async fence(token: bigint, fenceWord: RemoteSlice, options: LockWaitOptions = {}): Promise<void> {
     if (typeof token !== 'bigint' || token < 1n) throw typeError('a fencing token (bigint >= 1)', 'token', token)
     instance(fenceWord, 'fenceWord', RemoteSlice)
+    const wait = waitFor(options)
     let expect = 0n
     // Installed values only grow, so each retry sees a larger one: at most one retry per newer install.
     for (;;) {
-      const before = await this.#bounded('fence', this.qp.compareAndSwap(fenceWord, expect, token), options)
+      const before = await this.#bounded('fence', wait, this.qp.compareAndSwap(fenceWord, expect, token))
       if (before === expect || before === token) return
       if (before > token) {
         throw new RdmaError(`fencing token ${token} refused: the data is fenced by token ${before}`, { code: 'ERR_LOCK_FENCED', verb: 'fence' })
@@ -224,9 +229,12 @@ export class RemoteLockTable {
     }
   }
 
-  /** One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal (ABORT_ERR). */
-  async #bounded(verb: string, atomic: Promise<bigint>, options: LockWaitOptions): Promise<bigint> {
-    const { signal, timeoutMs } = waitFor(options)
+  /**
+   * One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal
+   * (ABORT_ERR). The options are checked (waitFor) before the atomic is posted, never after.
+   */
+  async #bounded(verb: string, wait: ReturnType<typeof waitFor>, atomic: Promise<bigint>): Promise<bigint> {
+    const { signal, timeoutMs } = wait
     const bound = this.#watchdog.start(timeoutMs, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
       () => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal!.reason }))
     try {

@@ -455,7 +455,7 @@ const OPS: Record<string, Op> = {
     }
     w.grants.splice(w.grants.indexOf(g), 1)
     invoke(w, 'RemoteLockTable.release', () => g.table.release(g.grant, a.bad === 1 ? { timeoutMs: a.h } as never : undefined),
-      a.bad === 1 ? checking('options.timeoutMs', a.h, nullishInt(0, 2 ** 31 - 1)(a.h)) : undefined) // `?? DEFAULT_TIMEOUT`
+      a.bad === 1 ? checking('options.timeoutMs', a.h, optInt(0, 2 ** 31 - 1)(a.h)) : undefined) // optionalInteger, before the CAS is posted
   },
   renew: (w, a) => {
     const g = pick(w.grants, a.i)

@@ -67,7 +67,17 @@ describe('RemoteLockTable', () => {
       expect(u64(pair.b.region, 24)).toBe(1n)
       await locks.release(grant)
       expect(u64(pair.b.region, 8)).toBe(0n)
-      expect((await locks.acquire(1)).token).toBe(2n)
+      const again = await locks.acquire(1)
+      expect(again.token).toBe(2n)
+      // Refused options change nothing: no CAS is posted (the lock stays held), no token is taken by renew.
+      await expect(locks.release(again, { timeoutMs: null as never })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+      await expect(locks.renew(again, { timeoutMs: -1 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
+      await expect(locks.fence(again.token, pair.b.region.asRemote().slice(32, 8), { signal: 'no' as never })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(u64(pair.b.region, 8)).toBe(again.word)
+      expect(u64(pair.b.region, 32)).toBe(0n)
+      await locks.release(again)
+      expect(u64(pair.b.region, 8)).toBe(0n)
     } finally {
       pair.close()
     }
