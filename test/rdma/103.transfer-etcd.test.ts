@@ -267,8 +267,11 @@ describe('transfer agents on etcd', () => {
       const kvs = ((await r.json()) as { kvs?: Array<{ value: string; lease?: string }> }).kvs ?? []
       return kvs[0] ? { ...JSON.parse(Buffer.from(kvs[0].value, 'base64').toString()), lease: kvs[0].lease } as { incarnation: string; lease?: string } : undefined
     }
-    expect((await readKey('prefill-0'))?.incarnation).toBe(agent.id)
+    // On a starved guest a fresh lease can lapse right after 'registered' (a keep-alive late): the agent
+    // then registers once more, so each key is awaited within a TTL and a margin, not read once.
     const deadline = Date.now() + TTL * 1000 + 5000
+    while (!(await readKey('prefill-0')) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100))
+    expect((await readKey('prefill-0'))?.incarnation).toBe(agent.id)
     while (!(await readKey('decode-4')) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100))
     const record = await readKey('decode-4')
     expect(record?.incarnation).toBe(child.incarnation)

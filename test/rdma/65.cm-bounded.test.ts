@@ -170,6 +170,25 @@ async function settleTo(expected: { cmIds: number; qps: number }): Promise<{ cmI
   return now
 }
 
+/**
+ * The counts once earlier tests' garbage is gone: collects until two readings
+ * agree. A cm_id an earlier test dropped can otherwise be collected in the
+ * middle of a test and move its count (CI, 2026-12-06: 'expected { cmIds: 4,
+ * qps: 4 } to deeply equal { cmIds: 5, qps: 4 }' with four live connections).
+ */
+async function baseline(): Promise<{ cmIds: number; qps: number }> {
+  const gc = (globalThis as { gc?: () => void }).gc
+  let last = ownResources()
+  for (let round = 0; round < 10; round++) {
+    gc?.()
+    await sleep(100)
+    const now = ownResources()
+    if (now.cmIds === last.cmIds && now.qps === last.qps) return now
+    last = now
+  }
+  return last
+}
+
 describe('connection resources go away', () => {
   const count = 4
 
@@ -178,7 +197,7 @@ describe('connection resources go away', () => {
   }
 
   it('closed and disconnected connections free their rdma_cm ids and QPs', async () => {
-    const before = ownResources()
+    const before = await baseline()
     const closed = await connectMany(server.port)
     expect(ownResources()).toEqual({ cmIds: before.cmIds + count, qps: before.qps + count })
     for (const conn of closed) conn.close()
@@ -189,7 +208,7 @@ describe('connection resources go away', () => {
   }, 180_000)
 
   it('dropped connections stay while established (the peer may still use their QPs), and go once closed', async () => {
-    const before = ownResources()
+    const before = await baseline()
     const refs = await (async () => {
       const conns = await connectMany(server.port)
       expect(ownResources()).toEqual({ cmIds: before.cmIds + count, qps: before.qps + count })
@@ -203,7 +222,7 @@ describe('connection resources go away', () => {
   }, 180_000)
 
   it('both ends dropped, accepted in this process: they stay while established; once one end is closed the other is disconnected and collected', async () => {
-    const before = ownResources()
+    const before = await baseline()
     const { client, server: accepted } = await (async () => {
       const pair = await localPair()
       expect(ownResources()).toEqual({ cmIds: before.cmIds + 2, qps: before.qps + 2 })
@@ -218,7 +237,7 @@ describe('connection resources go away', () => {
   }, 180_000)
 
   it('connections whose peer went away, then dropped, are collected', async () => {
-    const before = ownResources()
+    const before = await baseline()
     const victim = await startServer(host)
     await (async () => {
       const conns = await connectMany(victim.port)
