@@ -24,6 +24,8 @@ export const LIBRARY_ERROR_CODES = [
   // the transfer engine
   'ERR_TRANSFER', 'ERR_BLOCK_RANGE', 'ERR_PEER_GONE', 'ERR_SEGMENT_EXISTS', 'ERR_SEGMENT_UNKNOWN', 'ERR_SEGMENT_WITHDRAWN', 'ERR_TRANSFER_PROTOCOL',
   'ERR_STALLED', 'ERR_CONTROL_SEND', 'ERR_PEER_RESTARTED',
+  // grant() or revoke() of a segment every peer shares (registered without options.peers)
+  'ERR_SEGMENT_SHARED',
   // the transfer engine's admission (options.admission: a peer without the secret, or not allowed)
   'ERR_PEER_REFUSED',
   // the warning (process.emitWarning) of transport 'auto' running over TCP: not an error, listed as the codes are

@@ -3,7 +3,8 @@ import type { WaitOptions } from '../core/validate.js'
 import type { RdmaError } from '../core/errors.js'
 import type { RegisterableMemory } from '../verbs/memory.js'
 import type { Peer } from './peer.js'
-import type { SegmentRights } from './segments.js'
+import type { SegmentPeers, SegmentRights } from './segments.js'
+import type { GrantEnforcement } from './grants.js'
 import type { PeerStats } from './stats.js'
 import type { TransportKind, TransportOption } from './transport.js'
 import type { TransferProgressListener } from './run.js'
@@ -82,6 +83,15 @@ export interface RegisterOptions {
   memory?: RegisterableMemory
   /** What peers may do to it (default 'none'). */
   remote?: SegmentRights
+  /**
+   * Who may reach it (default: every peer, through the region's key). The
+   * names of the peers it is granted to, or 'any' (every peer, each through
+   * grants of its own): only those see it, and revoke(peer, name) takes one
+   * peer's access away while the others go on. Over RDMA each grant is a
+   * memory window per data QP of that peer's link, enforced by the NIC. See
+   * docs/transfer.md, "Who may touch a segment".
+   */
+  peers?: SegmentPeers
 }
 
 export interface PeerConnectOptions extends WaitOptions {
@@ -130,6 +140,14 @@ export interface Notification {
 export interface AgentStats {
   /** The transport this agent runs on ('auto' resolved). */
   transport: TransportKind
+  /**
+   * How per-peer grants (register's `peers`) are enforced: 'windows' (RDMA: a
+   * memory window per peer's QP, refused by the NIC once revoked), 'region'
+   * (RDMA device without memory windows: every granted peer uses the region's
+   * key; revoking withdraws the table entry only), 'software' (TCP: the
+   * receiving agent's code checks each link's grants).
+   */
+  grants: GrantEnforcement
   total: PeerStats
   /** By peer id. */
   peers: Record<string, PeerStats & { name: string; state: string }>

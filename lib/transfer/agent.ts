@@ -19,7 +19,9 @@ import type { TransferResult } from './run.js'
 import { launch, type Launcher } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
-import { resync } from './resync.js'
+import { announce, resync } from './resync.js'
+import { checkPeers, isGrantName } from './grant-options.js'
+import { revokeHolders, type LinkGrants } from './grants.js'
 import { markResumable, resume, type ResumeOptions, type ResumeResult } from './resume.js'
 import type { TransferError } from './transfer-error.js'
 import { deregisterWithdrawn } from './deregister.js'
@@ -81,7 +83,10 @@ export class TransferAgent extends EventEmitter {
     this.#handshakeMs = settings.handshakeMs
     const links = {
       agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode, admission: settings.admission,
-      table: () => ({ entries: this.#table.entries(), version: this.#table.version }),
+      table: async (peerName: string, grants: LinkGrants) => {
+        const version = this.#table.version
+        return { entries: await this.#table.entriesFor(peerName, (s, name) => grants.grant(s, name)), version }
+      },
     }
     this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs) : new TcpTransport(links, this.#handshakeMs)
     this.transport = kind
@@ -144,18 +149,73 @@ export class TransferAgent extends EventEmitter {
 
   // --- segments --------------------------------------------------------------
 
-  /** Registers memory as a named segment; peers see it (with `remote` rights) at once. */
+  /**
+   * Registers memory as a named segment; peers see it (with `remote` rights)
+   * at once: every peer, or with `peers` only those it is granted to (each
+   * through grants of its own; see grant() and revoke()).
+   */
   register(name: string, options: RegisterOptions): Segment {
     this.#assertOpen()
     if (typeof name !== 'string' || name.length === 0 || name.length > 128) throw typeError('a name of 1..128 characters', 'name', name)
     const o = object(options, 'options')
     const rights = oneOf(o.remote, 'options.remote', SEGMENT_RIGHTS, 'none')
+    const peers = checkPeers(o.peers)
     if (this.#table.byName.has(name)) throw new RdmaError(`A segment named '${name}' is registered already`, { code: 'ERR_SEGMENT_EXISTS' })
-    const region = this.#transport.register(o.memory !== undefined ? o.memory as RegisterableMemory : integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), rights)
-    const segment = this.#table.add(name, region, rights)
-    this.#broadcast({ t: 'add', v: this.#table.version, seg: [segment.entry()], end: true })
+    const region = this.#transport.register(o.memory !== undefined ? o.memory as RegisterableMemory : integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), rights, peers !== undefined)
+    const segment = this.#table.add(name, region, rights, peers)
+    for (const link of this.#links()) announce(link, segment, this.#table.version)
     this.#registry?.publish()
     return segment
+  }
+
+  /**
+   * Grants a per-peer segment (registered with `peers`) to the peer named
+   * `peerName` too: connected peers of that name see it at once (through
+   * grants of their own links), and so does one that connects later.
+   */
+  grant(peerName: string, segment: Segment | string): void {
+    this.#assertOpen()
+    const s = this.#perPeer(segment)
+    if (!isGrantName(peerName)) throw typeError('a peer name of 1..128 characters', 'peerName', peerName)
+    if (s.grants!.allows(peerName)) return
+    s.grants!.add(peerName)
+    for (const link of this.#links()) if (link.peerName === peerName) announce(link, s, this.#table.version)
+  }
+
+  /**
+   * Takes a per-peer segment away from the peer(s) named `peer` (a Peer, or a
+   * name): their grants are revoked first (RDMA: the windows are closed and
+   * the NIC refuses their rkeys from then on, a batch of theirs in flight
+   * included: it fails with REM_ACCESS_ERR, which breaks their link), then
+   * they are told it is gone; every other peer goes on. Resolves once their
+   * keys are refused. Not for a segment every peer shares (ERR_SEGMENT_SHARED).
+   */
+  async revoke(peer: Peer | string, segment: Segment | string): Promise<void> {
+    this.#assertOpen()
+    const s = this.#perPeer(segment)
+    let peerName: string
+    if (typeof peer === 'string' && isGrantName(peer)) peerName = peer
+    else if (peer instanceof Peer) peerName = peer.name
+    else throw typeError('a Peer or a peer name', 'peer', peer)
+    s.grants!.remove(peerName)
+    // Every link of that name, adopted or still in its handshake (resync() tells the latter).
+    await revokeHolders(s, peerName)
+    const v = this.#table.version
+    for (const link of this.#links()) if (link.peerName === peerName) void link.sendTable(() => [{ t: 'del', v, name: s.name }])
+  }
+
+  /** A registered segment granted per peer (register's `peers`). */
+  #perPeer(segment: Segment | string): Segment {
+    const s = this.#table.resolve(segment)
+    if (!s.grants) throw new RdmaError(`Segment '${s.name}' is shared by every peer through its region's key: register it with options.peers to grant and revoke it per peer`, { code: 'ERR_SEGMENT_SHARED' })
+    return s
+  }
+
+  /** The links of the peers connected now. */
+  #links(): Link[] {
+    const links: Link[] = []
+    for (const peer of this.#peers.values()) if (peer.link) links.push(peer.link)
+    return links
   }
 
   /**
@@ -171,15 +231,19 @@ export class TransferAgent extends EventEmitter {
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
     const v = this.#table.version
-    this.#broadcast({ t: 'del', v, name: s.name })
+    const links = this.#links()
+    for (const link of links) void link.sendTable(() => [{ t: 'del', v, name: s.name }])
     this.#registry?.publish()
     // Peers that may have batches naming it in flight answer 'released' once those settled (within the stall bound).
-    const links = [...this.#peers.values()].flatMap((p) => (p.link ? [p.link] : []))
-    await deregisterWithdrawn(s, wait, s.rights === 'none' ? Promise.resolve() : this.#releases.wait(links, s.name, v, this.#stallMs))
-  }
-
-  #broadcast(message: ControlMessage): void {
-    for (const peer of this.#peers.values()) peer.link?.broadcast(message)
+    const released = s.rights === 'none' ? Promise.resolve() : this.#releases.wait(links, s.name, v, this.#stallMs)
+    // Per-peer grants are revoked then (their windows hold the region: it deregisters after them), or at once when the caller stops waiting.
+    const revoke = () => revokeHolders(s)
+    try {
+      await deregisterWithdrawn(s, wait, s.grants ? released.then(revoke) : released)
+    } catch (error) {
+      if (s.grants) await revoke()
+      throw error
+    }
   }
 
   // --- peers -----------------------------------------------------------------
@@ -303,7 +367,7 @@ export class TransferAgent extends EventEmitter {
       case 'm':
         for (const item of message.list) this.#onMessage(peer, link, item)
         return
-      case 'add': return link.remote.add(message.seg, message.v)
+      case 'add': return link.remote.add(message.seg, message.v, link.lanes.length)
       case 'del': // answered once this side's batches posted before it settled: the peer deregisters then
         link.remote.remove(message.name, message.v)
         return void link.drained().then(() => link.broadcast({ t: 'released', v: message.v, name: message.name }))
@@ -504,7 +568,7 @@ export class TransferAgent extends EventEmitter {
   stats(): AgentStats {
     const peers: AgentStats['peers'] = {}
     for (const peer of this.#peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
-    return { transport: this.transport, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
+    return { transport: this.transport, grants: this.#transport.grants, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
   }
 
   // --- closing ---------------------------------------------------------------

@@ -13,6 +13,7 @@ import type { QueuePair } from '../verbs/queue-pair.js'
 import { QpPoster, type Lane } from './poster.js'
 import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
+import { KeyGrants, WindowGrants, type LinkGrants } from './grants.js'
 import { CONNECT_TAG, ControlInbox, PROTOCOL, protocolError, STALE_TAG, staleError, wantedIncarnation, receiveTable, sendTable, type AddMessage, type ControlChannel, type ControlMessage, type HelloMessage } from './control.js'
 import type { TransferRun } from './run.js'
 import { StallWatch } from './stall-watch.js'
@@ -24,6 +25,8 @@ import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from './admis
 /** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
 export interface LinkSettings extends AgentLinkSettings {
   pd: ProtectionDomain
+  /** Per-peer grants through memory windows (the device has them); else the region's key. */
+  windows: boolean
   /** The data QPs' ACK timeout exponent (4.096 µs × 2^n), on both ends of each QP. */
   ackTimeout: number
 }
@@ -50,8 +53,12 @@ export class Link {
   #sending = 0
   #closed = false
   #onFailure: ((error: Error) => void) | undefined
+  /** Table changes in the order made (a grant's keys are bound before its entry goes). */
+  #tableChain: Promise<void> = Promise.resolve()
 
   constructor(readonly conn: ControlChannel, readonly inbox: ControlInbox, readonly lanes: readonly Lane[], readonly remote: RemoteTable,
+    /** The per-peer segments granted on this link (grants.ts). */
+    readonly grants: LinkGrants,
     readonly peerAgent: string, readonly peerName: string, batchWrs: number, readonly closeData: () => void = () => undefined) {
     this.posters = lanes.map((lane, i) => new QpPoster(lane, i, batchWrs))
   }
@@ -124,6 +131,31 @@ export class Link {
   }
 
   /**
+   * Sends table changes after those queued before, once `make` has made them
+   * (it may bind a grant first). A grant that cannot be made fails the link,
+   * as a change that cannot be sent does (broadcast()).
+   */
+  sendTable(make: () => ControlMessage[] | Promise<ControlMessage[]>): Promise<void> {
+    const step = this.#tableChain.then(async () => {
+      if (!this.healthy) return
+      let messages: ControlMessage[]
+      try {
+        messages = await make()
+      } catch (error) {
+        if (!this.healthy) return
+        const failure = new RdmaError(`A segment grant could not be made for the peer (${(error as Error)?.message}); the link is failed, so that the next transfer reconnects with the tables anew`,
+          { code: 'ERR_CONTROL_SEND', cause: error })
+        if (this.#onFailure) this.#onFailure(failure)
+        else this.fail(failure)
+        return
+      }
+      for (const message of messages) this.broadcast(message)
+    })
+    this.#tableChain = step
+    return step
+  }
+
+  /**
    * Starts taking control messages after the handshake, and (RDMA) the
    * notifications that ride on the data QPs; TCP's come as 'n' messages.
    */
@@ -151,6 +183,7 @@ export class Link {
     if (this.#closed) return
     this.#closed = true
     this.error ??= new RdmaError('The link was closed', { code: 'ERR_CLOSED' })
+    this.grants.close() // the peer's grants go first: its rkeys are refused from here on
     for (const lane of this.lanes) lane.close()
     try { this.closeData() } catch { /* closed with the device */ }
     this.conn.close()
@@ -163,7 +196,7 @@ export class RdmaLink extends Link {
 
   constructor(conn: Connection, inbox: ControlInbox, readonly data: DataQps, remote: RemoteTable,
     peerAgent: string, peerName: string, batchWrs: number) {
-    super(conn, inbox, data.qps.map((qp) => new QpLane(qp)), remote, peerAgent, peerName, batchWrs, () => closeData(data))
+    super(conn, inbox, data.qps.map((qp, i) => new QpLane(qp, i)), remote, data.grants, peerAgent, peerName, batchWrs, () => closeData(data))
     this.#notices = new NoticeSender(data.qps[0]!.pd, this.posters[0]!)
   }
 
@@ -177,11 +210,12 @@ export class RdmaLink extends Link {
   }
 }
 
-/** A link's data QPs, the CQ they share, and the receiving half of their notices. */
-type DataQps = { cq: CompletionQueue; qps: QueuePair[]; notices: NoticeInbox }
+/** A link's data QPs, the CQ they share, the receiving half of their notices, and the peer's grants on them. */
+type DataQps = { cq: CompletionQueue; qps: QueuePair[]; notices: NoticeInbox; grants: LinkGrants }
 
-/** Closes what dataQps() opened, QPs first (their receives are flushed before the buffers go). */
+/** Closes what dataQps() opened: grants, then QPs (their receives are flushed before the buffers go). */
 function closeData(data: Partial<DataQps>): void {
+  data.grants?.close()
   for (const qp of data.qps ?? []) qp.close()
   data.cq?.close()
   data.notices?.close()
@@ -194,6 +228,7 @@ function dataQps(settings: LinkSettings, count: number): DataQps {
   try {
     for (let i = 0; i < count; i++) data.qps!.push(settings.pd.createQp({ type: 'RC', sendCq: data.cq!, maxSendWr: settings.queueDepth + 1, maxRecvWr: NOTICE_RECEIVES }))
     data.notices = new NoticeInbox(settings.pd, data.qps!)
+    data.grants = settings.windows ? new WindowGrants(settings.pd, data.qps!) : new KeyGrants()
   } catch (error) {
     closeData(data)
     throw error
@@ -209,12 +244,20 @@ function checkHello(message: HelloMessage, expected: number | undefined): void {
   if (expected !== undefined && message.qps.length !== expected) throw protocolError(`The peer offered ${message.qps.length} QPs for ${expected}`)
 }
 
-/** Exchanges the tables (both ways at once: neither side waits on the other's receives). */
-export async function exchangeTables(conn: ControlChannel, inbox: ControlInbox, settings: Pick<LinkSettings, 'table'>, remote: RemoteTable, timeoutMs: number): Promise<{ entries: SegmentEntry[]; version: number }> {
-  const sent = settings.table()
-  await Promise.all([
-    sendTable(conn, sent.entries, sent.version, timeoutMs),
-    receiveTable(inbox, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v)),
+/**
+ * Exchanges the tables (both ways at once: neither side waits on the other's
+ * receives). The peer `peerName` gets the shared segments and those granted
+ * to it, with this link's keys (`grants` binds them); its table names a key
+ * per lane for each of its grants.
+ */
+export async function exchangeTables(conn: ControlChannel, inbox: ControlInbox, settings: Pick<LinkSettings, 'table'>, remote: RemoteTable, timeoutMs: number,
+  peerName: string, grants: LinkGrants, lanes: number): Promise<{ entries: SegmentEntry[]; version: number }> {
+  const [sent] = await Promise.all([
+    settings.table(peerName, grants).then(async (table) => {
+      await sendTable(conn, table.entries, table.version, timeoutMs)
+      return table
+    }),
+    receiveTable(inbox, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v, lanes)),
   ])
   return sent
 }
@@ -240,7 +283,7 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
     const inbox = new ControlInbox(conn)
     const peer = await greet(inbox, (count) => (data = dataQps(settings, count)))
     const remote = new RemoteTable()
-    const sent = await exchangeTables(conn, inbox, settings, remote, left())
+    const sent = await exchangeTables(conn, inbox, settings, remote, left(), String(peer.name), data!.grants, data!.qps.length)
     const link = new RdmaLink(conn, inbox, data!, remote, peer.agent, String(peer.name), settings.batchWrs) // greet opened the QPs
     link.sentTable = sent
     return link

@@ -11,7 +11,9 @@ export class PlainMemory {
   readonly #onClose: (memory: PlainMemory) => void
 
   /** @internal */
-  constructor(bytes: Uint8Array, readonly key: number, readonly rights: SegmentRights, onClose: (memory: PlainMemory) => void) {
+  constructor(bytes: Uint8Array, readonly key: number, readonly rights: SegmentRights,
+    /** Reachable only by the links it is granted on (register's `peers`). */
+    readonly perPeer: boolean, onClose: (memory: PlainMemory) => void) {
     this.#bytes = bytes
     this.#onClose = onClose
   }

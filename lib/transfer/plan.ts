@@ -42,7 +42,10 @@ export interface WireColumns {
   lkey: Uint32Array
   raddrLo: Uint32Array
   raddrHi: Uint32Array
+  /** The segment's rkey (a per-peer grant's: lane 0's). */
   rkey: Uint32Array
+  /** A slice names a per-peer grant: its rkey depends on the lane (RemoteSegment.laneKeys). */
+  keyed: boolean
 }
 
 /** A checked plan: the slices, the segments they name, and their work requests' fields. */
@@ -59,7 +62,7 @@ const TWO_32 = 2 ** 32
 function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: readonly RemoteSegment[]): WireColumns {
   const s = plan.slices
   const n = s.count
-  const wire: WireColumns = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n) }
+  const wire: WireColumns = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n), keyed: false }
   let l = -1
   let localAddress = 0
   let localKey = 0
@@ -78,6 +81,7 @@ function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: reado
       remoteLo = remotes[r]!.region.addrLo
       remoteHi = remotes[r]!.region.addrHi
       remoteKey = remotes[r]!.region.rkey
+      if (remotes[r]!.laneKeys !== undefined) wire.keyed = true
     }
     wire.laddr[i] = localAddress + s.loff[i]!
     wire.lkey[i] = localKey

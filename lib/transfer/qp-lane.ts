@@ -11,7 +11,8 @@ import type { Lane } from './poster.js'
 import type { SegmentMemory } from './segments.js'
 
 export class QpLane implements Lane {
-  constructor(readonly qp: QueuePair) {}
+  /** `index`: the QP's place in its link (a per-peer grant has an rkey per QP). */
+  constructor(readonly qp: QueuePair, readonly index: number) {}
 
   /** Slices in flight; one send slot more is kept for a notice (link.ts sizes the QP so). */
   get depth(): number { return this.qp.caps.maxSendWr - 1 }
@@ -25,9 +26,19 @@ export class QpLane implements Lane {
     const held = tail?.slot ? [...regions as MemoryRegion[], tail.slot.region] : regions as MemoryRegion[]
     return this.qp.postEncoded(plan.op, tail ? count + 1 : count, held, (first, enc) => {
       const last = tail ? -1 : to - 1
-      for (let i = from; i < to; i++) {
-        enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
-          wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
+      if (wire.keyed) {
+        // Per-peer grants: each segment's window on this QP (another QP's window refuses it).
+        const remotes = plan.remotes
+        for (let i = from; i < to; i++) {
+          const keys = remotes[slices.rseg[i]!]!.laneKeys
+          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
+            wire.raddrLo[i]!, wire.raddrHi[i]!, keys === undefined ? wire.rkey[i]! : keys[this.index]!, 0)
+        }
+      } else {
+        for (let i = from; i < to; i++) {
+          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
+            wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
+        }
       }
       if (tail) encodeTail(enc, first + count, tail)
     })

@@ -7,11 +7,14 @@ import type { RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { acceptLink, connectLink, type LinkSettings, type RdmaLink } from './link.js'
 import { accessFor, type SegmentMemory, type SegmentRights } from './segments.js'
+import { Access } from '../core/constants.js'
+import type { GrantEnforcement } from './grants.js'
 import type { AgentLinkSettings, Transport } from './transport.js'
 
 export class RdmaTransport implements Transport {
   readonly kind = 'rdma' as const
   readonly pd: ProtectionDomain
+  readonly grants: GrantEnforcement
   readonly #settings: LinkSettings
   readonly #handshakeMs: number
   #listener: Listener | undefined
@@ -19,7 +22,9 @@ export class RdmaTransport implements Transport {
 
   constructor(readonly device: Device, settings: AgentLinkSettings, ackTimeout: number, handshakeMs: number) {
     this.pd = device.allocPd()
-    this.#settings = { ...settings, pd: this.pd, ackTimeout }
+    const windows = device.query().maxMw > 0
+    this.grants = windows ? 'windows' : 'region'
+    this.#settings = { ...settings, pd: this.pd, ackTimeout, windows }
     this.#handshakeMs = handshakeMs
   }
 
@@ -36,8 +41,10 @@ export class RdmaTransport implements Transport {
     })
   }
 
-  register(source: RegisterableMemory | number, rights: SegmentRights): SegmentMemory {
-    return typeof source === 'number' ? this.pd.allocRegion(source, accessFor(rights)) : this.pd.registerMemory(source, accessFor(rights))
+  register(source: RegisterableMemory | number, rights: SegmentRights, perPeer: boolean): SegmentMemory {
+    // Granted per peer through windows: no remote access of its own, so its region rkey opens nothing.
+    const access = perPeer && this.grants === 'windows' ? Access.LocalWrite | Access.MwBind : accessFor(rights)
+    return typeof source === 'number' ? this.pd.allocRegion(source, access) : this.pd.registerMemory(source, access)
   }
 
   connect(host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<RdmaLink> {

@@ -1,10 +1,11 @@
-// What a new link's peer must hear after the handshake: the local table
+// What a link's peer hears of the local table: after the handshake, what
 // changed between the handshake's snapshot (sent in the handshake) and the
-// link's adoption (from then on every change is broadcast), so the
-// difference goes out as table messages that each fit a control message.
+// link's adoption, as table messages that each fit a control message; from
+// then on each change (announce()). A per-peer segment goes only to the
+// peers it is granted to, with that link's keys.
 import { tableMessages, type ControlMessage } from './control.js'
 import type { Link } from './link.js'
-import type { LocalTable, SegmentEntry } from './segments.js'
+import type { LocalTable, Segment, SegmentEntry } from './segments.js'
 
 /** Withdrawals of the names gone since `sent`, then the entries new or changed since, in chunks. */
 export function tableChanges(sent: readonly SegmentEntry[], now: readonly SegmentEntry[], version: number): ControlMessage[] {
@@ -23,5 +24,23 @@ export function tableChanges(sent: readonly SegmentEntry[], now: readonly Segmen
 /** Sends `link`'s peer what changed in the local table since the handshake's snapshot (a send that fails fails the link). */
 export function resync(link: Link, table: LocalTable): void {
   if (link.sentTable.version === table.version) return
-  for (const message of tableChanges(link.sentTable.entries, table.entries(), table.version)) link.broadcast(message)
+  const version = table.version
+  void link.sendTable(async () => tableChanges(link.sentTable.entries, await table.entriesFor(link.peerName, (s, name) => link.grants.grant(s, name)), version))
+}
+
+/** Tells `link`'s peer of a new segment, if it may see it (a per-peer one is granted on the link first). */
+export function announce(link: Link, segment: Segment, version: number): void {
+  if (!segment.grants) return void link.sendTable(() => [{ t: 'add', v: version, seg: [segment.entry()], end: true }])
+  if (!segment.grants.allows(link.peerName)) return
+  void link.sendTable(async () => {
+    if (segment.withdrawn || !segment.grants!.allows(link.peerName)) return []
+    let keys: number[] | undefined
+    try {
+      keys = await link.grants.grant(segment, link.peerName)
+    } catch (error) {
+      if (segment.withdrawn || !segment.grants!.allows(link.peerName)) return [] // unregistered or revoked meanwhile
+      throw error
+    }
+    return segment.withdrawn ? [] : [{ t: 'add', v: version, seg: [segment.entry(keys)], end: true }]
+  })
 }

@@ -8,6 +8,7 @@ import { describeValue } from '../core/validate.js'
 import type { MemoryRegion } from '../verbs/memory.js'
 import type { PlainMemory } from './plain-memory.js'
 import { RemoteRegion } from '../verbs/remote.js'
+import type { LinkGrants } from './grants.js'
 
 /** What a peer may do to a segment with one-sided operations. */
 export type SegmentRights = 'none' | 'read' | 'write' | 'read-write'
@@ -28,17 +29,49 @@ export function allows(rights: SegmentRights, op: 'read' | 'write'): boolean {
 /** A segment's memory: a registered region (RDMA) or plain memory (TCP). */
 export type SegmentMemory = MemoryRegion | PlainMemory
 
-/** A segment as it travels to peers: [name, address (hex), rkey, length, rights]. */
-export type SegmentEntry = [string, string, number, number, SegmentRights]
+/**
+ * A segment as it travels to peers: [name, address (hex), rkey, length,
+ * rights], and for a per-peer grant over RDMA the rkey of each data QP of
+ * the link (a type 2 window is valid on the QP that bound it only).
+ */
+export type SegmentEntry = [string, string, number, number, SegmentRights] | [string, string, number, number, SegmentRights, number[]]
+
+/** Who a segment is granted to: every peer alike (its region's key), or named peers (or 'any' peer), each through grants of its own. */
+export type SegmentPeers = 'any' | readonly string[]
+
+/** The peers a per-peer segment is granted to now. */
+export class GrantList {
+  readonly #any: boolean
+  readonly #names: Set<string>
+  readonly #revoked = new Set<string>()
+  constructor(peers: SegmentPeers) {
+    this.#any = peers === 'any'
+    this.#names = new Set(peers === 'any' ? [] : peers)
+  }
+
+  allows(peerName: string): boolean { return this.#any ? !this.#revoked.has(peerName) : this.#names.has(peerName) }
+  add(peerName: string): void { this.#revoked.delete(peerName); this.#names.add(peerName) }
+  remove(peerName: string): void { this.#revoked.add(peerName); this.#names.delete(peerName) }
+  /** The names granted now ('any': every peer but those revoked). */
+  describe(): SegmentPeers { return this.#any ? 'any' : [...this.#names] }
+}
 
 /** A segment of this agent. */
 export class Segment {
   #withdrawn = false
   /** @internal index in this agent's columns (stable for the segment's life) */
   readonly index: number
-  constructor(readonly name: string, readonly region: SegmentMemory, readonly rights: SegmentRights, index: number) {
+  /** @internal per-peer grants (register's `peers`); undefined: every peer uses the region's key */
+  readonly grants: GrantList | undefined
+  /** @internal the links' grants of it now, with the peer name each was made for (grants.ts) */
+  readonly holders = new Map<LinkGrants, string>()
+  constructor(readonly name: string, readonly region: SegmentMemory, readonly rights: SegmentRights, index: number, peers?: SegmentPeers) {
     this.index = index
+    this.grants = peers === undefined ? undefined : new GrantList(peers)
   }
+
+  /** 'shared': every peer reaches it by its region's key; else the peers it is granted to, each through grants of its own ('any': every peer not revoked). */
+  get peers(): 'shared' | SegmentPeers { return this.grants ? this.grants.describe() : 'shared' }
 
   get length(): number { return this.region.length }
   /** The segment's bytes (a view of its memory). */
@@ -48,10 +81,11 @@ export class Segment {
   /** @internal */
   withdraw(): void { this.#withdrawn = true }
 
-  /** @internal the wire form sent to peers */
-  entry(): SegmentEntry {
+  /** @internal the wire form sent to peers; `keys`: a per-peer grant's rkey per data QP */
+  entry(keys?: readonly number[]): SegmentEntry {
     const d = this.region.describe()
-    return [this.name, d.addr, d.rkey, this.region.length, this.rights]
+    if (keys === undefined) return [this.name, d.addr, d.rkey, this.region.length, this.rights]
+    return [this.name, d.addr, keys[0]!, this.region.length, this.rights, [...keys]]
   }
 }
 
@@ -59,7 +93,9 @@ export class Segment {
 export class RemoteSegment {
   readonly region: RemoteRegion
   #withdrawn = false
-  constructor(readonly name: string, addr: string, rkey: number, readonly length: number, public rights: SegmentRights, readonly index: number) {
+  constructor(readonly name: string, addr: string, rkey: number, readonly length: number, public rights: SegmentRights, readonly index: number,
+    /** @internal a per-peer grant's rkey per data QP (lane), else undefined (region.rkey on every lane) */
+    readonly laneKeys?: Uint32Array) {
     this.region = new RemoteRegion(BigInt(addr), rkey, length)
   }
 
@@ -80,9 +116,9 @@ export class LocalTable {
   readonly lengths: number[] = []
   version = 0
 
-  add(name: string, region: SegmentMemory, rights: SegmentRights): Segment {
+  add(name: string, region: SegmentMemory, rights: SegmentRights, peers?: SegmentPeers): Segment {
     if (this.byName.has(name)) throw segmentError('ERR_SEGMENT_EXISTS', `A segment named '${name}' is registered already`)
-    const segment = new Segment(name, region, rights, this.lengths.length)
+    const segment = new Segment(name, region, rights, this.lengths.length, peers)
     this.lengths.push(region.length)
     this.byIndex.push(segment)
     this.byName.set(name, segment)
@@ -109,8 +145,26 @@ export class LocalTable {
     return segment
   }
 
-  entries(): SegmentEntry[] {
-    return [...this.byName.values()].map((s) => s.entry())
+  /**
+   * The table as `peerName` may see it: the shared segments, and those
+   * granted to it with the keys `grant` gives (binding them if need be).
+   */
+  async entriesFor(peerName: string, grant: (segment: Segment, peerName: string) => Promise<number[] | undefined>): Promise<SegmentEntry[]> {
+    const entries: SegmentEntry[] = []
+    for (const segment of [...this.byName.values()]) {
+      if (!segment.grants) entries.push(segment.entry())
+      else if (segment.grants.allows(peerName) && !segment.withdrawn) {
+        let keys: number[] | undefined
+        try {
+          keys = await grant(segment, peerName)
+        } catch (error) {
+          if (segment.withdrawn || !segment.grants.allows(peerName)) continue // unregistered or revoked meanwhile: not in the table
+          throw error
+        }
+        if (!segment.withdrawn) entries.push(segment.entry(keys))
+      }
+    }
+    return entries
   }
 }
 
@@ -121,10 +175,12 @@ export class RemoteTable {
   readonly lengths: number[] = []
   version = 0
 
-  add(entries: readonly SegmentEntry[], version: number): void {
-    for (const [name, addr, rkey, length, rights] of entries) {
+  /** `lanes`: the link's data lanes (a per-peer grant names a key for each). */
+  add(entries: readonly SegmentEntry[], version: number, lanes: number): void {
+    for (const [name, addr, rkey, length, rights, keys] of entries) {
+      if (keys !== undefined && (!Array.isArray(keys) || keys.length !== lanes)) throw new RdmaError(`The peer's grant of segment '${name}' names ${Array.isArray(keys) ? keys.length : 'no list of'} keys for ${lanes} lanes`, { code: 'ERR_TRANSFER_PROTOCOL' })
       this.byName.get(name)?.withdraw()
-      const segment = new RemoteSegment(name, addr, rkey, length, rights, this.byIndex.length)
+      const segment = new RemoteSegment(name, addr, rkey, length, rights, this.byIndex.length, keys === undefined ? undefined : Uint32Array.from(keys))
       this.byIndex.push(segment)
       this.lengths.push(length)
       this.byName.set(name, segment)

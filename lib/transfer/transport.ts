@@ -9,6 +9,7 @@ import type { RegisterableMemory } from '../verbs/memory.js'
 import type { Link } from './link.js'
 import type { SegmentEntry, SegmentMemory, SegmentRights } from './segments.js'
 import type { Admission } from './admission.js'
+import type { GrantEnforcement, LinkGrants } from './grants.js'
 
 /** How an agent moves bytes: RDMA verbs, or a TCP socket (no device). */
 export type TransportKind = 'rdma' | 'tcp'
@@ -26,8 +27,8 @@ export interface AgentLinkSettings {
   batchWrs: number
   /** RDMA: the data CQs' poll mode. */
   pollMode: 'event' | 'busy'
-  /** A snapshot of the local table, taken when it is sent. */
-  table: () => { entries: SegmentEntry[]; version: number }
+  /** The local table as the peer `peerName` may see it, taken when it is sent (per-peer segments granted through `grants`). */
+  table: (peerName: string, grants: LinkGrants) => Promise<{ entries: SegmentEntry[]; version: number }>
   /** Who may connect (options.admission, checked); undefined: every agent. */
   admission: Admission | undefined
 }
@@ -41,8 +42,14 @@ export interface Transport {
   readonly port: number
   /** Listens on host:port; every connect attempt of a peer is handed over as the link its handshake will give. */
   listen(host: string, port: number, accepted: (link: Promise<Link>) => void): Promise<void>
-  /** A segment's memory: the memory given (or `size` new bytes), reachable by peers with `rights`. */
-  register(source: RegisterableMemory | number, rights: SegmentRights): SegmentMemory
+  /** How per-peer grants are enforced on this transport. */
+  readonly grants: GrantEnforcement
+  /**
+   * A segment's memory: the memory given (or `size` new bytes), reachable by
+   * peers with `rights`; `perPeer`: only through per-peer grants (RDMA with
+   * memory windows: a region without remote access of its own).
+   */
+  register(source: RegisterableMemory | number, rights: SegmentRights, perPeer: boolean): SegmentMemory
   /** A link to the agent at host:port (with `incarnation`: that incarnation only, else ERR_STALE_PEER). */
   connect(host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<Link>
   /** Stops listening (connect attempts from now on are refused). */

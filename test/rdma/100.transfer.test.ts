@@ -75,8 +75,8 @@ describe('RDMA: QPs, the device\'s enforcement, the ACK timeout', () => {
       const src = agent.register('held-src', { size: 8192 })
       src.bytes.fill(9)
       // Forge the client's table back to the withdrawn entry, with its old rkey: the device is asked to write and read there.
-      type Forge = { link: { remote: { add(entries: unknown[], version: number): void } } }
-      const forge = () => (peer as unknown as Forge).link.remote.add([['held', addr, rkey, 8192, 'read-write']], 1e9)
+      type Forge = { link: { remote: { add(entries: unknown[], version: number, lanes: number): void } } }
+      const forge = () => (peer as unknown as Forge).link.remote.add([['held', addr, rkey, 8192, 'read-write']], 1e9, 2)
       forge()
       const written = await within(agent.write(peer, [{ local: [src, 0], remote: ['held', 0], length: 8192 }], { timeoutMs: 20_000 }).catch((e: unknown) => e), 25_000, 'the write with the old rkey')
       expect(written, 'a WRITE with the withdrawn rkey').toMatchObject({ code: 'REM_ACCESS_ERR', bytesLanded: 0 })

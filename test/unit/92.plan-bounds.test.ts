@@ -39,7 +39,7 @@ function localTable(length: number, address = 0x7f00_0000_0000): LocalTable {
 /** A peer's table of one segment, as its 'add' message would describe it. */
 function remoteTable(length: number, addr: bigint): RemoteTable {
   const table = new RemoteTable()
-  table.add([['pool', '0x' + addr.toString(16), 0xabcd, length, 'read-write']], 1)
+  table.add([['pool', '0x' + addr.toString(16), 0xabcd, length, 'read-write']], 1, 1)
   return table
 }
 

@@ -11,6 +11,7 @@ import { RdmaError } from '../../lib/core/errors.js'
 import { Link } from '../../lib/transfer/link.js'
 import { ControlInbox, type ControlChannel } from '../../lib/transfer/control.js'
 import { RemoteTable } from '../../lib/transfer/segments.js'
+import { KeyGrants } from '../../lib/transfer/grants.js'
 import { QpPoster, type Lane, type PostSource } from '../../lib/transfer/poster.js'
 import type { CheckedPlan } from '../../lib/transfer/plan.js'
 
@@ -27,7 +28,7 @@ function refusingChannel(): ControlChannel & { closed: boolean } {
 describe('a table change that cannot be sent fails the link', () => {
   it('after listen(): the failure goes to the link\'s failure listener with ERR_CONTROL_SEND, the cause kept', async () => {
     const channel = refusingChannel()
-    const link = new Link(channel, new ControlInbox(channel), [], new RemoteTable(), 'peer-id', 'peer', 16)
+    const link = new Link(channel, new ControlInbox(channel), [], new RemoteTable(), new KeyGrants(), 'peer-id', 'peer', 16)
     const failures: RdmaError[] = []
     link.listen(() => undefined, (error) => { failures.push(error as RdmaError); link.fail(error as RdmaError) })
     link.broadcast({ t: 'del', v: 2, name: 'kv' })
@@ -41,7 +42,7 @@ describe('a table change that cannot be sent fails the link', () => {
 
   it('before listen() (the resync right after the handshake): the link fails by itself', async () => {
     const channel = refusingChannel()
-    const link = new Link(channel, new ControlInbox(channel), [], new RemoteTable(), 'peer-id', 'peer', 16)
+    const link = new Link(channel, new ControlInbox(channel), [], new RemoteTable(), new KeyGrants(), 'peer-id', 'peer', 16)
     link.broadcast({ t: 'add', v: 3, seg: [], end: true })
     await new Promise((resolve) => setImmediate(resolve))
     expect(link.healthy).toBe(false)

@@ -8,6 +8,7 @@ import { ControlInbox, PROTOCOL, protocolError, staleError, type TcpHelloMessage
 import { exchangeTables, Link, MAX_QPS, refuse } from '../link.js'
 import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from '../admission.js'
 import { RemoteTable } from '../segments.js'
+import { KeyGrants } from '../grants.js'
 import type { AgentLinkSettings } from '../transport.js'
 import { TcpChannel, TcpLane, connectionLost } from './channel.js'
 import type { SegmentLookup } from './serve.js'
@@ -21,15 +22,24 @@ function checkHello(message: TcpHello, expected: number | undefined): void {
   if (expected !== undefined && message.lanes !== expected) throw protocolError(`The peer offered ${message.lanes} lanes for ${expected}`)
 }
 
+/** A socket's channel, serving the shared segments and those granted on it (`grants`). */
+function granted(socket: Socket, settings: TcpLinkSettings, grants: KeyGrants): TcpChannel {
+  return new TcpChannel(socket, (key) => {
+    const memory = settings.lookup(key)
+    return memory && (!memory.perPeer || grants.hasKey(key)) ? memory : undefined
+  })
+}
+
 /** The common part: `greet` trades hellos; then the tables; a failure closes the socket. */
-async function handshake(channel: TcpChannel, settings: TcpLinkSettings, left: () => number, greet: (inbox: ControlInbox) => Promise<TcpHello>): Promise<Link> {
+async function handshake(channel: TcpChannel, grants: KeyGrants, settings: TcpLinkSettings, left: () => number, greet: (inbox: ControlInbox) => Promise<TcpHello>): Promise<Link> {
   try {
     const inbox = new ControlInbox(channel)
     const peer = await greet(inbox)
     const remote = new RemoteTable()
-    const sent = await exchangeTables(channel, inbox, settings, remote, left())
+    // TCP grants name no key per lane: the receiving code checks the segment's key against the link's grants.
+    const sent = await exchangeTables(channel, inbox, settings, remote, left(), String(peer.name), grants, peer.lanes)
     const lanes = Array.from({ length: peer.lanes }, () => new TcpLane(channel, settings.queueDepth))
-    const link = new Link(channel, inbox, lanes, remote, peer.agent, String(peer.name), settings.batchWrs)
+    const link = new Link(channel, inbox, lanes, remote, grants, peer.agent, String(peer.name), settings.batchWrs)
     link.sentTable = sent
     return link
   } catch (error) {
@@ -65,9 +75,10 @@ function dial(host: string, port: number, timeoutMs: number, signal: AbortSignal
 export async function connectTcpLink(settings: TcpLinkSettings, host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<Link> {
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
-  const channel = new TcpChannel(await dial(host, port, timeoutMs, signal), settings.lookup)
+  const grants = new KeyGrants()
+  const channel = granted(await dial(host, port, timeoutMs, signal), settings, grants)
   const gate = new ConnectorGate(settings.admission, 'tcp', settings)
-  return handshake(channel, settings, left, async (inbox) => {
+  return handshake(channel, grants, settings, left, async (inbox) => {
     const hello: TcpHello = { t: 'hello', p: PROTOCOL, tcp: 1, agent: settings.agent, name: settings.name, lanes: settings.qps, ...(incarnation !== undefined ? { want: incarnation } : {}), ...gate.hello() }
     await channel.sendJson(hello, { timeoutMs: left() })
     const welcome = await inbox.expect<TcpHello>('welcome', left())
@@ -86,8 +97,9 @@ export async function connectTcpLink(settings: TcpLinkSettings, host: string, po
 export function acceptTcpLink(settings: TcpLinkSettings, socket: Socket, timeoutMs: number): Promise<Link> {
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
-  const channel = new TcpChannel(socket, settings.lookup)
-  return handshake(channel, settings, left, async (inbox) => {
+  const grants = new KeyGrants()
+  const channel = granted(socket, settings, grants)
+  return handshake(channel, grants, settings, left, async (inbox) => {
     const hello = await inbox.expect<TcpHello>('hello', left())
     checkHello(hello, undefined)
     if (hello.want !== undefined && hello.want !== settings.agent) {

@@ -14,6 +14,7 @@ export class TcpTransport implements Transport {
   readonly kind = 'tcp' as const
   readonly device = undefined
   readonly pd = undefined
+  readonly grants = 'software' as const
   readonly #memories = new Map<number, PlainMemory>()
   readonly #settings: TcpLinkSettings
   readonly #handshakeMs: number
@@ -44,14 +45,14 @@ export class TcpTransport implements Transport {
     })
   }
 
-  register(source: RegisterableMemory | number, rights: SegmentRights): PlainMemory {
+  register(source: RegisterableMemory | number, rights: SegmentRights, perPeer: boolean): PlainMemory {
     let bytes: Uint8Array
     if (typeof source === 'number') {
       try { bytes = new Uint8Array(source) } catch (error) { throw new RdmaError(`Cannot allocate ${source} bytes: ${(error as Error).message}`, { code: 'ENOMEM', cause: error }) }
     } else {
       bytes = plainBytes(source)
     }
-    const memory = new PlainMemory(bytes, this.#nextKey++, rights, (m) => this.#memories.delete(m.key))
+    const memory = new PlainMemory(bytes, this.#nextKey++, rights, perPeer, (m) => this.#memories.delete(m.key))
     this.#memories.set(memory.key, memory)
     return memory
   }
