@@ -14,6 +14,7 @@
 //     max/min, and the counter checked exactly at the end.
 // Options: --seconds S (per point, default 3), --rounds R (default 5),
 // --processes 1,2,4,8, --poll event|busy (the client processes' CQs, default event),
+// --mode spin|fifo (the tables' mode, default spin),
 // --dist DIR (another build of the library, e.g. bench/results/variants/NAME/dist
 // from bench/icount/snapshot.sh, its addon named by NODE_IBVERBS_ADDON: a before/after in one boot).
 //
@@ -50,6 +51,7 @@ export async function main(argv) {
   const rounds = Number(option(argv, '--rounds', 5))
   const counts = option(argv, '--processes', '1,2,4,8').split(',').map(Number)
   const poll = option(argv, '--poll', 'event')
+  const lockMode = option(argv, '--mode', 'spin')
   const { listDevices } = await import(entry())
   if (!process.env.SOFTROCE_MODE && listDevices().length === 0) {
     console.error('bench locks: no RDMA device here; running inside the Soft-RoCE environment')
@@ -83,13 +85,13 @@ export async function main(argv) {
   for (const [mode, owner] of [['event', 101], ['busy', 102]]) {
     const conn = await connect({ host, port, pd, cqOptions: { pollMode: mode } })
     const remote = remoteRegion(decodeDescriptors(conn.privateData)[0])
-    inProcess[mode] = { conn, remote, locks: new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000 }) }
+    inProcess[mode] = { conn, remote, locks: new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000, mode: lockMode }) }
   }
 
   // The client processes, started once: each connects and then runs what it is told, a line of JSON at a time.
   const most = Math.max(...counts)
   log(`starting ${most} client processes (--poll ${poll})`)
-  const procs = await Promise.all(Array.from({ length: most }, (_, i) => startClient(host, port, i + 1, poll)))
+  const procs = await Promise.all(Array.from({ length: most }, (_, i) => startClient(host, port, i + 1, poll, lockMode)))
 
   const q = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(p * s.length))] }
   const results = []
@@ -142,7 +144,7 @@ export async function main(argv) {
   }
   const ratio = (a, b) => (a === undefined || b === undefined ? undefined : a / b)
   const out = []
-  out.push(`Lock table on ${deviceName} (Node ${process.version}, ${new Date().toISOString()}, ${rounds} rounds, ${seconds} s per point; client processes' CQs: ${poll}; library: ${process.env.LOCKS_BENCH_DIST ?? 'dist'})`)
+  out.push(`Lock table on ${deviceName} (Node ${process.version}, ${new Date().toISOString()}, ${rounds} rounds, ${seconds} s per point; client processes' CQs: ${poll}; mode: ${lockMode}; library: ${process.env.LOCKS_BENCH_DIST ?? 'dist'})`)
   out.push('Each cell: median over rounds (min–max); every ratio is against perftest in its own round.')
   out.push('')
   out.push('| measure | target | event CQ | busy CQ |')
@@ -171,8 +173,8 @@ export async function main(argv) {
 }
 
 /** A client process: `ask(command)` sends a line and resolves with its JSON answer. */
-async function startClient(host, port, owner, poll) {
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--client', host, String(port), String(owner), poll], { stdio: ['pipe', 'pipe', 'inherit'] })
+async function startClient(host, port, owner, poll, lockMode) {
+  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--client', host, String(port), String(owner), poll, lockMode], { stdio: ['pipe', 'pipe', 'inherit'] })
   const lines = createInterface({ input: child.stdout })
   const waiting = []
   lines.on('line', (line) => waiting.shift()?.(JSON.parse(line)))
@@ -182,12 +184,12 @@ async function startClient(host, port, owner, poll) {
   return { child, exited, ask: (command) => { const answer = next(); child.stdin.write(JSON.stringify(command) + '\n'); return answer } }
 }
 
-async function client([host, port, ownerText, poll]) {
+async function client([host, port, ownerText, poll, lockMode]) {
   const { Access, connect, decodeDescriptors, remoteRegion, RemoteLockTable } = await import(entry())
   const owner = Number(ownerText)
   const conn = await connect({ host, port: Number(port), cqOptions: { pollMode: poll } })
   const remote = remoteRegion(decodeDescriptors(conn.privateData)[0])
-  const locks = new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000 })
+  const locks = new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000, mode: lockMode })
   const local = conn.pd.allocRegion(8, ACCESS(Access))
   const view = new DataView(local.bytes.buffer, local.bytes.byteOffset, 8)
   const record = 16 * M + 16 * SHARED

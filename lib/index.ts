@@ -29,7 +29,7 @@ export { connect, listen, Connection, ConnectionRequest, Listener, encodeDescrip
 export type { ConnectionOptions, ListenOptions, ConnectionSetup, QpCaps, AcceptOptions, RejectOptions, CmAddress, ConnectionEvents, ListenerEvents } from './cm/index.js'
 export { isAvailable, loadError } from './native/addon.js'
 export { RemoteLockTable, heldWord, decodeWord } from './locks/index.js'
-export type { RemoteLockTableOptions, LockWaitOptions, LockGrant } from './locks/index.js'
+export type { RemoteLockTableOptions, LockWaitOptions, LockGrant, LockMode } from './locks/index.js'
 export { forkSupport, enableForkSupport } from './verbs/fork.js'
 export type { ForkSupport } from './verbs/fork.js'
 export { TransferAgent, TransferPlan, Peer, Segment, TransferError, PlainMemory } from './transfer/index.js'

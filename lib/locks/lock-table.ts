@@ -4,14 +4,20 @@
 // CAS back to 0, a lease lets a waiter steal a lock whose holder went silent
 // (CAS on the exact stale value), and a fencing token from FETCH_ADD on a
 // per-lock counter lets the data side refuse a holder that lost its lease.
+// mode 'fifo' grants in arrival order instead (a ticket lock: ticket.ts).
 // See docs/locks.md for the protocol and what one-sided operations cannot enforce.
 import { randomInt } from 'node:crypto'
 import { RdmaError } from '../core/errors.js'
 import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
-import { instance, integer, object, optionalInteger, typeError } from '../core/validate.js'
-import { Watchdog } from './bounded.js'
+import { instance, integer, object, oneOf, optionalInteger, typeError } from '../core/validate.js'
+import { Watchdog, type Bound } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
+import { deadlineBound, forfeit, renewedWord, servingWord, ticketOf, waitForTurn } from './ticket.js'
+
+/** 'spin': CAS with backoff, fastest uncontended, unfair under contention; 'fifo': tickets, granted in arrival order. */
+export type LockMode = 'spin' | 'fifo'
+const LOCK_MODES = ['spin', 'fifo'] as const
 
 export interface RemoteLockTableOptions {
   /** The lock words: 8 bytes per lock, 8-byte aligned, registered with remote atomic access. */
@@ -26,6 +32,13 @@ export interface RemoteLockTableOptions {
   graceMs?: number
   /** Cap of the exponential backoff between attempts (default 16 ms). */
   maxBackoffMs?: number
+  /**
+   * 'spin' (default): the lock word is owner|epoch, taken by CAS with backoff.
+   * 'fifo': a ticket lock (the counter gives tickets, the lock word says
+   * whose turn it is): grants in arrival order, none starved. Every client of
+   * a table must use the same mode.
+   */
+  mode?: LockMode
 }
 
 export interface LockWaitOptions {
@@ -37,7 +50,7 @@ export interface LockWaitOptions {
 /** A held lock. Valid until `leaseEndsAt` (performance.now() time), unless renewed. */
 export interface LockGrant {
   readonly lock: number
-  /** The value this holder put in the lock word (owner | epoch). */
+  /** The lock word while this grant holds it ('spin': owner | epoch; 'fifo': ticket << 16 | renewals). */
   readonly word: bigint
   /** Fencing token: larger than the token of every earlier holder of this lock that kept its lease. */
   readonly token: bigint
@@ -58,6 +71,7 @@ export class RemoteLockTable {
   readonly leaseMs: number
   readonly graceMs: number
   readonly maxBackoffMs: number
+  readonly mode: LockMode
   readonly #locks: RemoteSlice
   readonly #tokens: RemoteSlice
   readonly #lockSlices: RemoteSlice[] = []
@@ -83,6 +97,7 @@ export class RemoteLockTable {
     this.leaseMs = optionalInteger(o.leaseMs, 'options.leaseMs', 1, 2 ** 31 - 1, 2000)
     this.graceMs = optionalInteger(o.graceMs, 'options.graceMs', 0, 2 ** 31 - 1, Math.ceil(this.leaseMs / 2))
     this.maxBackoffMs = optionalInteger(o.maxBackoffMs, 'options.maxBackoffMs', 1, 60_000, 16)
+    this.mode = oneOf(o.mode, 'options.mode', LOCK_MODES, 'spin')
     this.#locks = locks
     this.#tokens = tokens
   }
@@ -121,6 +136,7 @@ export class RemoteLockTable {
     let seenSince = 0
     // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
     const bound = this.#watchdog.start(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
+    if (this.mode === 'fifo') return this.#acquireTicket(lock, slot, tokenWord, bound, deadline, timeoutMs)
     try {
       for (;;) {
         attempt++
@@ -173,26 +189,78 @@ export class RemoteLockTable {
     }
   }
 
-  /** Gives the lock back: CAS(word -> 0). ERR_LOCK_LOST if the word is no longer ours (the lease ran out and it was stolen). */
+  /**
+   * FIFO: takes a ticket (FETCH_ADD on the lock's counter) and, right behind
+   * it on the same QP, reads the serving word (FETCH_ADD 0): an uncontended
+   * acquire is one round trip. Then waits for its turn (ticket.ts). A wait
+   * that ends (timeout, abort) forfeits the ticket: its turn is passed on.
+   */
+  async #acquireTicket(lock: number, slot: RemoteSlice, next: RemoteSlice, bound: Bound, deadline: number, timeoutMs: number): Promise<LockGrant> {
+    let attempts = 0
+    try {
+      for (;;) {
+        attempts++
+        // Nobody can queue behind this ticket before its FETCH_ADD runs: the lease may start now.
+        const postedAt = performance.now()
+        const take = this.qp.fetchAndAdd(next, 1n)
+        await undefined // the read goes in its own turn, right behind: both take the fast path
+        const first = this.qp.fetchAndAdd(slot, 0n)
+        first.catch(ignore)
+        let ticket: bigint
+        try {
+          ticket = await bound.wait(take)
+        } catch (error) {
+          forfeit(this, slot, take) // it may still have taken a ticket at the responder
+          throw error
+        }
+        let turn
+        try {
+          turn = await waitForTurn(this, slot, ticket, first, postedAt, deadlineBound(bound, deadline),
+            (serving) => new RdmaError(`acquire of lock ${lock} timed out after ${timeoutMs} ms (${attempts} tickets; ticket ${ticket}, serving ${serving})`, { code: 'ERR_LOCK_TIMEOUT', verb: 'acquire' }))
+        } catch (error) {
+          forfeit(this, slot, Promise.resolve(ticket))
+          throw error
+        }
+        if (turn === 'skipped') continue // its turn came and went while it did not poll: queue again
+        const grant: LockGrant = { lock, word: servingWord(ticket), token: ticket + 1n, leaseEndsAt: turn.leaseStart + this.leaseMs, stolenFrom: turn.stolenFrom, attempts }
+        if (performance.now() < grant.leaseEndsAt) return grant
+        await this.release(grant).catch(ignore)
+        if (performance.now() >= deadline) throw new RdmaError(`acquire of lock ${lock} timed out after ${timeoutMs} ms (${attempts} tickets)`, { code: 'ERR_LOCK_TIMEOUT', verb: 'acquire' })
+      }
+    } finally {
+      bound.end()
+    }
+  }
+
+  /**
+   * Gives the lock back: CAS(word -> 0), in FIFO mode CAS(word -> the next
+   * ticket's). ERR_LOCK_LOST if the word is no longer ours (the lease ran out
+   * and it was stolen, or the queue moved on).
+   */
   async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
     const wait = waitFor(options) // before the CAS is posted: a refused call changes nothing
-    const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, FREE))
-    if (before !== grant.word) throw lost(grant, before, 'release')
+    const freed = this.mode === 'fifo' ? servingWord(ticketOf(grant.word) + 1n) : FREE
+    const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, freed))
+    if (before !== grant.word) throw lost(grant, before, 'release', this.mode)
   }
 
-  /** Extends the lease: CAS(word -> owner|next epoch), which restarts every waiter's count. Same token. */
+  /** Extends the lease: CAS(word -> owner|next epoch; FIFO: the same ticket, next renewal), which restarts every waiter's count. Same token. */
   async renew(grant: LockGrant, options: LockWaitOptions = {}): Promise<LockGrant> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
     const wait = waitFor(options)
-    this.#epoch = nextEpoch(this.#epoch)
-    const word = heldWord(this.owner, this.#epoch)
+    let word: bigint
+    if (this.mode === 'fifo') word = renewedWord(grant.word)
+    else {
+      this.#epoch = nextEpoch(this.#epoch)
+      word = heldWord(this.owner, this.#epoch)
+    }
     const leaseStart = performance.now()
     if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
     const before = await this.#bounded('renew', wait, this.qp.compareAndSwap(slot, grant.word, word))
-    if (before !== grant.word) throw lost(grant, before, 'renew')
+    if (before !== grant.word) throw lost(grant, before, 'renew', this.mode)
     return { ...grant, word, leaseEndsAt: leaseStart + this.leaseMs }
   }
 
@@ -269,9 +337,10 @@ function timedOut(lock: number, timeoutMs: number, attempts: number, word: bigin
     { code: 'ERR_LOCK_TIMEOUT', verb: 'acquire' })
 }
 
-function lost(grant: LockGrant, found: bigint, verb: string): RdmaError {
+function lost(grant: LockGrant, found: bigint, verb: string, mode: LockMode): RdmaError {
   const holder = decodeWord(found)
-  return new RdmaError(`${verb}: lock ${grant.lock} is no longer held by this grant (found ${holder ? `owner ${holder.owner}` : 'free'}): its lease ran out`,
+  const now = mode === 'fifo' ? `serving ticket ${ticketOf(found)}` : holder ? `owner ${holder.owner}` : 'free'
+  return new RdmaError(`${verb}: lock ${grant.lock} is no longer held by this grant (found ${now}): its lease ran out`,
     { code: 'ERR_LOCK_LOST', verb })
 }
 

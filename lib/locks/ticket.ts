@@ -1,0 +1,121 @@
+// FIFO mode of a remote lock table (options.mode 'fifo'): a ticket lock on
+// one-sided atomics, as DSLR builds its queue from FETCH_ADD. The table's two
+// words per lock mean:
+//
+//   tokens[lock]  the next ticket: FETCH_ADD(+1) takes one (ticket + 1 is the fencing token)
+//   locks[lock]   now serving: ticket << 16 | renewals (mod 2^16)
+//
+// A client holds the lock while the serving word carries its ticket.
+// Release and steal move the serving word on by one with a CAS on its exact
+// value, so they never race each other or a renew; arrivals touch only the
+// ticket word. Waiters poll the serving word (FETCH_ADD 0: an atomic read)
+// and grants come in ticket order, so no waiter is starved. A waiter that
+// gives up passes its turn on when it comes (forfeit below); a client that
+// dies holding or waiting costs the queue one lease + grace, after which the
+// next waiter moves it on (the same lease rule as the spin lock's steal).
+import type { QueuePair } from '../verbs/queue-pair.js'
+import type { RemoteSlice } from '../verbs/remote.js'
+import type { Bound } from './bounded.js'
+import { backoffMs } from './lock-word.js'
+
+const RENEW_BITS = 16n
+const RENEW_MASK = (1n << RENEW_BITS) - 1n
+
+/** The serving word that grants the lock to `ticket`. */
+export function servingWord(ticket: bigint): bigint { return ticket << RENEW_BITS }
+/** The ticket a serving word grants the lock to. */
+export function ticketOf(word: bigint): bigint { return word >> RENEW_BITS }
+/** The serving word after a renew: the same ticket, a changed value (waiters restart their count). */
+export function renewedWord(word: bigint): bigint { return servingWord(ticketOf(word)) | ((word + 1n) & RENEW_MASK) }
+
+export interface TicketTable {
+  readonly qp: QueuePair
+  readonly leaseMs: number
+  readonly graceMs: number
+  readonly maxBackoffMs: number
+}
+
+/** The turn of a ticket: when its lease may start, and the word it took over when it moved a silent holder on. */
+export interface Turn { leaseStart: number; stolenFrom: bigint | undefined }
+
+/** How a wait ends early: the bound's error, or undefined to wait for as long as it takes (a forfeit). */
+export interface TurnBound {
+  wait<T>(promise: Promise<T>): Promise<T>
+  /** Whether `delay` ms from now passes the deadline. */
+  passes(delay: number): boolean
+  readonly unrefSleeps: boolean
+}
+
+/**
+ * Waits until the serving word reaches `ticket` (polled with FETCH_ADD 0,
+ * `first` being the poll already posted at `postedAt`). Resolves with the
+ * turn, or 'skipped' when the queue went past the ticket (its turn came and
+ * went silent for a lease + grace: only if this client polled too rarely).
+ * A serving word that stays the same for leaseMs + graceMs of this client's
+ * clock belongs to a client that went silent: it is moved on by one with a
+ * CAS on that exact word. `onTimeout` makes the error when the bound's
+ * deadline would pass (the caller forfeits the ticket).
+ */
+export async function waitForTurn(t: TicketTable, slot: RemoteSlice, ticket: bigint, first: Promise<bigint>, postedAt: number,
+  bound: TurnBound, onTimeout: (serving: bigint) => Error): Promise<Turn | 'skipped'> {
+  let poll = first
+  let seen = -1n
+  let seenSince = 0
+  let attempt = 0
+  for (;;) {
+    const word = await bound.wait(poll)
+    const serving = ticketOf(word)
+    // The serving word reached the ticket after the last poll that showed less executed, so after that
+    // poll was posted: a lease from then is never longer than the one other waiters count.
+    if (serving === ticket) return { leaseStart: postedAt, stolenFrom: undefined }
+    if (serving > ticket) return 'skipped'
+    const now = performance.now()
+    if (word !== seen) {
+      seen = word
+      seenSince = now
+      attempt = 0 // the queue moved: poll sooner
+    } else if (now - seenSince >= t.leaseMs + t.graceMs) {
+      const movedAt = performance.now()
+      const before = await bound.wait(t.qp.compareAndSwap(slot, word, servingWord(serving + 1n)))
+      if (before === word && serving + 1n === ticket) return { leaseStart: movedAt, stolenFrom: word }
+      postedAt = performance.now()
+      poll = t.qp.fetchAndAdd(slot, 0n)
+      continue
+    }
+    // The next in line polls as the spin lock retries; the ones further back at the backoff's cap.
+    const delay = serving + 1n === ticket ? backoffMs(attempt++, t.maxBackoffMs) : t.maxBackoffMs
+    if (bound.passes(delay)) throw onTimeout(serving)
+    await bound.wait(sleep(delay, bound.unrefSleeps))
+    postedAt = performance.now()
+    poll = t.qp.fetchAndAdd(slot, 0n)
+  }
+}
+
+/** A bound made of the acquire's Bound and deadline. */
+export function deadlineBound(bound: Bound, deadline: number): TurnBound {
+  return { wait: (promise) => bound.wait(promise), passes: (delay) => performance.now() + delay >= deadline, unrefSleeps: false }
+}
+
+const unbounded: TurnBound = { wait: (promise) => promise, passes: () => false, unrefSleeps: true }
+
+/**
+ * A ticket whose waiter gave up (timeout, abort): waits for its turn in the
+ * background and passes it on at once, so the queue behind it does not wait
+ * a lease for it. Its sleeps do not keep the process alive; if the process
+ * exits first, the next waiter moves the queue on after a lease + grace.
+ */
+export function forfeit(t: TicketTable, slot: RemoteSlice, ticket: Promise<bigint>): void {
+  void (async () => {
+    const mine = await ticket
+    const turn = await waitForTurn(t, slot, mine, t.qp.fetchAndAdd(slot, 0n), performance.now(), unbounded, () => new Error('unbounded'))
+    if (turn !== 'skipped') await t.qp.compareAndSwap(slot, servingWord(mine), servingWord(mine + 1n))
+  })().catch(() => { /* the QP failed or closed: nobody is left to pass the turn to through it */ })
+}
+
+function sleep(ms: number, unref: boolean): Promise<void> {
+  return new Promise((resolve) => {
+    if (ms <= 0) return setImmediate(resolve)
+    const timer = setTimeout(resolve, ms)
+    if (unref) timer.unref()
+  })
+}
