@@ -33,7 +33,7 @@ export type { RemoteLockTableOptions, LockWaitOptions, LockGrant, LockMode } fro
 export { forkSupport, enableForkSupport } from './verbs/fork.js'
 export type { ForkSupport } from './verbs/fork.js'
 export { TransferAgent, TransferPlan, Peer, Segment, TransferError, PlainMemory } from './transfer/index.js'
-export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats, PeerState, RemoteSegmentInfo, SegmentRights, SegmentPeers, GrantEnforcement, Block, BlockArrays, Blocks, LocalSegmentRef, TransferOp, TransferResult, PeerStats } from './transfer/index.js'
+export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats, RailStats, PeerState, RemoteSegmentInfo, SegmentRights, SegmentPeers, GrantEnforcement, Block, BlockArrays, Blocks, LocalSegmentRef, TransferOp, TransferResult, PeerStats } from './transfer/index.js'
 export type { DoctorReport, DoctorCheck, DoctorCheckId, DoctorCheckOf, DoctorStatus, RdmaCoreCheck, AddonCheck, DevicesCheck, PortCheck, MtuCheck, GidCheck, MemlockCheck, RdmaCmCheck, LosslessCheck, RxeCheck, CheckErrorCheck, RdmaCoreFacts, AddonFacts, DevicesFacts, PortFacts, MtuFacts, GidFacts, MemlockFacts, RdmaCmFacts, LosslessFacts, RxeFacts, CheckErrorFacts } from './core/doctor-report.js'
 export type { TransferAgentEvents, PeerLostEvent, MetadataOptions, MetadataSetting, MetadataState, MetadataStateEvent, PeerLeftEvent, PeerLeftReason, PeerRecord, PeerAddress } from './transfer/index.js'
 export type { TransferProgressListener, LandedReport, ResumeOptions, ResumeResult, ResumeOnRestart, SegmentMemory, TransportKind, TransportOption, AdmissionOptions } from './transfer/index.js'

@@ -24,6 +24,16 @@ export interface TransferAgentOptions {
   transport?: TransportOption
   /** RDMA: the device (default: the one that has `host`, else the first active one). */
   device?: string
+  /**
+   * RDMA: several devices (rails) to move data on, e.g. ['mlx5_0', 'mlx5_1']
+   * (1..4, instead of `device`). The first must serve `host`: it carries the
+   * control channel; each link to a peer that has rails too gets
+   * `qpsPerPeer` data QPs on each rail both sides have. A transfer's slices
+   * are shared between rails by their measured rate; a rail that fails has
+   * its slices moved to the others. Not for the TCP transport
+   * (ERR_INVALID_ARG_VALUE). See docs/transfer.md, "Several rails".
+   */
+  devices?: readonly string[]
   /** A name peers see (default: a random id); with `metadata`, required: the agent's key in the cluster. */
   name?: string
   /**
@@ -151,6 +161,11 @@ export interface AgentStats {
   total: PeerStats
   /** By peer id. */
   peers: Record<string, PeerStats & { name: string; state: string }>
+  /** RDMA: each rail's device (options.devices, else the one device) and the bytes its completions confirmed; TCP: empty. */
+  rails: RailStats[]
 }
+
+/** One rail's share of what the agent moved (stats().rails): bytes its completions confirmed, and the times it failed on a link (its slices then went to the other rails). */
+export interface RailStats { device: string; bytes: number; failovers: number }
 
 /** A plan checked once by agent.prepare(), to run many times. */

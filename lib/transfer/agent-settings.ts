@@ -8,6 +8,7 @@ import type { TransferProgressListener } from './run.js'
 import type { TransferAgentOptions } from './agent-options.js'
 import { TRANSPORT_OPTIONS, type TransportKind } from './transport.js'
 import { admissionSettings, type Admission } from './admission.js'
+import { railDevices } from './rails.js'
 
 export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
 
@@ -40,18 +41,32 @@ let fallbackWarned = false
  * serves the host address (or `options.device` is given), else TCP, which is
  * said once per process with a warning (code NODE_IBVERBS_TCP_FALLBACK).
  */
-export function chooseTransport(options: TransferAgentOptions): { kind: TransportKind; device: Device | undefined } {
+export function chooseTransport(options: TransferAgentOptions): { kind: TransportKind; device: Device | undefined; rails: Device[] } {
   const choice = oneOf(options.transport, 'options.transport', TRANSPORT_OPTIONS, 'rdma')
-  if (choice === 'tcp') return { kind: 'tcp', device: undefined }
-  if (choice === 'rdma') return { kind: 'rdma', device: deviceFor(options.host, options.device) }
+  const devices = railDevices(options.devices, options.device, choice)
+  if (choice === 'tcp') return { kind: 'tcp', device: undefined, rails: [] }
+  if (devices) return { kind: 'rdma', ...openRails(devices) }
+  if (choice === 'rdma') return { kind: 'rdma', device: deviceFor(options.host, options.device), rails: [] }
   const device = options.device !== undefined ? openDevice(options.device) : deviceServing(options.host)
-  if (device) return { kind: 'rdma', device }
+  if (device) return { kind: 'rdma', device, rails: [] }
   if (!fallbackWarned) {
     fallbackWarned = true
     process.emitWarning(`No RDMA device serves ${options.host}: the transfer agent runs over TCP (transport 'auto'). Pass transport: 'tcp' to choose it, or 'rdma' to require a device.`,
       { code: 'NODE_IBVERBS_TCP_FALLBACK' })
   }
-  return { kind: 'tcp', device: undefined }
+  return { kind: 'tcp', device: undefined, rails: [] }
+}
+
+/** Opens every rail's device (options.devices, checked): the first is the agent's device; all closed again if one fails to open. */
+function openRails(names: readonly string[]): { device: Device; rails: Device[] } {
+  const opened: Device[] = []
+  try {
+    for (const name of names) opened.push(openDevice(name))
+  } catch (error) {
+    for (const device of opened) device.close()
+    throw error
+  }
+  return { device: opened[0]!, rails: opened.slice(1) }
 }
 
 export interface AgentSettings {

@@ -18,7 +18,7 @@ import { checkBlocks, isCurrent, recheck, segmentsUsed, type Blocks, type Transf
 import type { TransferResult } from './run.js'
 import { launch, type Launcher } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
-import { LocalTable, SEGMENT_RIGHTS, type Segment } from './segments.js'
+import { LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentMemory } from './segments.js'
 import { announce, resync } from './resync.js'
 import { checkPeers, isGrantName } from './grant-options.js'
 import { revokeHolders, type LinkGrants } from './grants.js'
@@ -32,6 +32,9 @@ import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
 import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
+
+/** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
+const RAIL_RETRY_MS = 5000
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
@@ -65,13 +68,19 @@ export class TransferAgent extends EventEmitter {
   readonly #connecting = new Map<string, Promise<Peer>>()
   #registry: EtcdRegistry | undefined
   #closed = false
+  /** RDMA: the rails' device names (rails.ts), and the bytes each moved (confirmed by completions). */
+  readonly #railNames: string[]
+  readonly #railBytes: number[]
+  /** Times each rail failed on a link and its slices moved to the others. */
+  readonly #railFailovers: number[]
   /** What every transfer's launch needs of this agent, made once. */
   readonly #launcher: Launcher = {
     linkFailed: (peer, link, error) => this.#linkFailed(peer, link, error),
+    railBytes: (rail, bytes) => { this.#railBytes[rail] = this.#railBytes[rail]! + bytes },
     failed: (error, peer, op, blocks) => markResumable(error, this, peer, op, blocks),
   }
 
-  private constructor(options: TransferAgentOptions, kind: TransportKind, device: Device | undefined) {
+  private constructor(options: TransferAgentOptions, kind: TransportKind, device: Device | undefined, rails: Device[]) {
     super()
     this.host = options.host
     this.name = options.name ?? this.id
@@ -88,7 +97,10 @@ export class TransferAgent extends EventEmitter {
         return { entries: await this.#table.entriesFor(peerName, (s, name) => grants.grant(s, name)), version }
       },
     }
-    this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs) : new TcpTransport(links, this.#handshakeMs)
+    this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs, rails) : new TcpTransport(links, this.#handshakeMs)
+    this.#railNames = device ? [device.name, ...rails.map((d) => d.name)] : []
+    this.#railBytes = new Array<number>(this.#railNames.length).fill(0)
+    this.#railFailovers = new Array<number>(this.#railNames.length).fill(0)
     this.transport = kind
     this.device = this.#transport.device
     this.pd = this.#transport.pd
@@ -105,16 +117,16 @@ export class TransferAgent extends EventEmitter {
     const port = integer(o.port ?? 0, 'options.port', 0, 65535)
     const metadata = o.metadata === undefined ? undefined : metadataSettings(o.metadata)
     if (metadata && !isAgentName(o.name)) throw typeError(`${NAME_RULE} (with options.metadata the name is the agent's key)`, 'options.name', o.name)
-    const { kind, device } = chooseTransport(o)
+    const { kind, device, rails } = chooseTransport(o)
     let agent: TransferAgent | undefined
     try {
-      agent = new TransferAgent(o, kind, device)
+      agent = new TransferAgent(o, kind, device, rails)
       await agent.#transport.listen(o.host, port, (accepting) => agent!.#onAccepting(accepting))
       if (metadata) agent.#registry = await agent.#openRegistry(metadata)
       return agent
     } catch (error) {
       if (agent) agent.#transport.close()
-      else device?.close()
+      else for (const d of [...rails, ...(device ? [device] : [])]) d.close()
       throw error
     }
   }
@@ -162,7 +174,14 @@ export class TransferAgent extends EventEmitter {
     const peers = checkPeers(o.peers)
     if (this.#table.byName.has(name)) throw new RdmaError(`A segment named '${name}' is registered already`, { code: 'ERR_SEGMENT_EXISTS' })
     const region = this.#transport.register(o.memory !== undefined ? o.memory as RegisterableMemory : integer(o.size, 'options.size', 1, Number.MAX_SAFE_INTEGER), rights, peers !== undefined)
-    const segment = this.#table.add(name, region, rights, peers)
+    let railRegions: SegmentMemory[] | undefined
+    try {
+      railRegions = this.#transport.registerRails?.(region, rights, peers !== undefined)
+    } catch (error) {
+      region.close()
+      throw error
+    }
+    const segment = this.#table.add(name, region, rights, peers, railRegions)
     for (const link of this.#links()) announce(link, segment, this.#table.version)
     this.#registry?.publish()
     return segment
@@ -356,6 +375,7 @@ export class TransferAgent extends EventEmitter {
       this.#peers.set(peer.id, peer)
     }
     resync(link, this.#table)
+    link.onRailDown = (rail) => { this.#railFailovers[rail] = this.#railFailovers[rail]! + 1 }
     const owner = peer
     link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error), (message) => this.#notified(owner, message))
     return peer
@@ -430,7 +450,15 @@ export class TransferAgent extends EventEmitter {
     this.#assertOpen()
     this.#assertPeer(peer)
     if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
-    return peer.link?.healthy ? peer.link : undefined
+    const link = peer.link
+    if (!link?.healthy) return undefined
+    // A rail failed on it a while ago and nothing runs on it: made anew (every rail again), if this side can dial the peer.
+    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= RAIL_RETRY_MS && (peer.address || peer.byName)) {
+      this.#releases.linkGone(link)
+      link.fail(new RdmaError('The link is made anew to retry a rail that failed', { code: 'ECONNRESET' }))
+      return undefined
+    }
+    return link
   }
 
   /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
@@ -502,7 +530,7 @@ export class TransferAgent extends EventEmitter {
     oneOf(op, 'op', ['read', 'write'] as const)
     const link = peer.link
     if (!link?.healthy) throw new RdmaError(`Peer ${peer.name} is not connected (${peer.state}); prepare after a transfer reconnected it`, { code: 'ERR_PEER_GONE' })
-    let checked = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    let checked = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length, link.laneWeights())
     let used = segmentsUsed(checked)
     let checkedOn = link
     return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
@@ -513,7 +541,7 @@ export class TransferAgent extends EventEmitter {
       const current = await this.#linkOf(peer, wait)
       // A new link (the peer's table, its rkeys, are new), or a segment withdrawn since (perhaps registered again under its name): checked anew.
       if (current !== checkedOn || !isCurrent(checked, used)) {
-        checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length))
+        checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length, current.laneWeights()))
         used = segmentsUsed(checked)
         checkedOn = current
       }
@@ -546,7 +574,7 @@ export class TransferAgent extends EventEmitter {
     // A caller's blocks are always checked (a function or a falsy value is refused there); resume's selector may choose none.
     const chosen = selected && typeof blocks === 'function' ? blocks(link.peerAgent) : blocks as Blocks
     if (selected && chosen === undefined) return Promise.resolve(undefined)
-    const plan = checkBlocks(op, chosen as Blocks, this.#table, link.remote, this.sliceBytes, link.posters.length)
+    const plan = checkBlocks(op, chosen as Blocks, this.#table, link.remote, this.sliceBytes, link.posters.length, link.laneWeights())
     if (wait.timeoutMs !== undefined) wait.timeoutMs = Math.max(1, wait.timeoutMs - (Date.now() - started))
     // A resume's own attempt is not resumable itself: resume() reports over the original blocks.
     return launch(this.#launcher, peer, link, plan, selected ? undefined : chosen as Blocks, notify, wait, progress)
@@ -568,7 +596,8 @@ export class TransferAgent extends EventEmitter {
   stats(): AgentStats {
     const peers: AgentStats['peers'] = {}
     for (const peer of this.#peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
-    return { transport: this.transport, grants: this.#transport.grants, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers }
+    const rails = this.#railNames.map((device, i) => ({ device, bytes: this.#railBytes[i]!, failovers: this.#railFailovers[i]! }))
+    return { transport: this.transport, grants: this.#transport.grants, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers, rails }
   }
 
   // --- closing ---------------------------------------------------------------

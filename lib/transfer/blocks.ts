@@ -188,19 +188,26 @@ export function sliceRuns(cols: BlockColumns, maxBytes: number): { slices: Block
 }
 
 /**
- * Splits slices into `qps` contiguous runs of about equal bytes: run q is
- * slices bounds[q] .. bounds[q + 1]. A run may be empty (fewer slices than QPs).
+ * Splits slices into `qps` contiguous runs of about equal bytes (or, with
+ * `weights`, of bytes in proportion to weights[q]; a weight of 0 gives an
+ * empty run): run q is slices bounds[q] .. bounds[q + 1]. A run may be empty
+ * (fewer slices than QPs). Run 0 holds the first slice whenever there is one
+ * (a write's notification rides on the first QP used).
  */
-export function stripe(cols: BlockColumns, qps: number): Uint32Array {
+export function stripe(cols: BlockColumns, qps: number, weights?: ArrayLike<number>): Uint32Array {
   const bounds = new Uint32Array(qps + 1)
   let total = 0
   for (let i = 0; i < cols.count; i++) total += cols.len[i]!
+  // The cumulative weight each run ends at (without weights: q + 1, as (total * q) / qps always was).
+  const ends = new Float64Array(qps)
+  let acc = 0
+  for (let q = 0; q < qps; q++) ends[q] = acc += weights ? weights[q]! : 1
   let q = 1
   let sum = 0
   for (let i = 0; i < cols.count && q < qps; i++) {
     sum += cols.len[i]!
     // Close run q-1 after the slice that takes it to its share of the bytes.
-    while (q < qps && sum >= (total * q) / qps) bounds[q++] = i + 1
+    while (q < qps && sum >= (total * ends[q - 1]!) / acc) bounds[q++] = i + 1
   }
   for (; q <= qps; q++) bounds[q] = cols.count
   return bounds
@@ -218,11 +225,11 @@ export interface SlicePlan {
   map: BlockMap
 }
 
-/** Coalesces, slices and stripes validated blocks. */
-export function planSlices(cols: BlockColumns, maxSliceBytes: number, qps: number, bytes: number): SlicePlan {
+/** Coalesces, slices and stripes validated blocks (in proportion to `weights` per QP, if given). */
+export function planSlices(cols: BlockColumns, maxSliceBytes: number, qps: number, bytes: number, weights?: ArrayLike<number>): SlicePlan {
   const { runs, order, starts } = coalesceRuns(cols)
   const { slices, run } = sliceRuns(runs, maxSliceBytes)
-  const bounds = stripe(slices, qps)
+  const bounds = stripe(slices, qps, weights)
   let used = 0
   for (let q = 0; q < qps; q++) if (bounds[q + 1]! > bounds[q]!) used++
   return { slices, bounds, bytes, blocks: cols.count, qps: used, map: blockMap(cols, order, starts, slices, run) }

@@ -49,7 +49,8 @@ const RECEIVES = 32
 
 /** Admission fields (admission.ts): the hello's nonce when the connecting side holds a secret; the welcome's nonce and proof when the listening side does. */
 export interface AdmissionFields { nonce?: string; proof?: string }
-export interface HelloMessage extends AdmissionFields { t: 'hello' | 'welcome'; p: number; agent: string; name: string; qps: QpEndpoint[] }
+/** `perRail`: with several rails (rails.ts), the QPs of each, laid out rail by rail in `qps` (absent: one rail). */
+export interface HelloMessage extends AdmissionFields { t: 'hello' | 'welcome'; p: number; agent: string; name: string; qps: QpEndpoint[]; perRail?: number }
 /** Segments added (the first table goes in chunks; `end` marks its last one). */
 export interface AddMessage { t: 'add'; v: number; seg: SegmentEntry[]; end: boolean }
 export interface WithdrawMessage { t: 'del'; v: number; name: string }

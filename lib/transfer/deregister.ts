@@ -28,7 +28,11 @@ async function whenIdle(memory: SegmentMemory): Promise<void> {
  * ends first, and the deregistration still happens then.
  */
 export async function deregisterWithdrawn(segment: Segment, wait: WaitOptions, released: Promise<void>): Promise<void> {
-  const idle = released.then(() => whenIdle(segment.region))
+  // The other rails' registrations first: rail 0's region may own the memory they name (rails.ts).
+  const idle = released.then(async () => {
+    for (const region of segment.railRegions) await whenIdle(region)
+    await whenIdle(segment.region)
+  })
   idle.catch(() => undefined) // the caller may stop waiting: nobody else awaits it
   try {
     await bounded(idle, 'unregister', wait)

@@ -64,7 +64,8 @@ export class WindowGrants implements LinkGrants {
   readonly #granted = new Map<Segment, Granted>()
   #closed = false
 
-  constructor(readonly pd: ProtectionDomain, readonly qps: readonly QueuePair[]) {}
+  /** `perRail`: QPs per rail (rails.ts): QP i binds on its own rail's PD, over the segment's memory as that rail registered it. */
+  constructor(readonly pd: ProtectionDomain, readonly qps: readonly QueuePair[], readonly perRail = qps.length) {}
 
   grant(segment: Segment, peerName: string): Promise<number[]> {
     if (segment.withdrawn) return Promise.reject(withdrawnError(segment))
@@ -89,13 +90,13 @@ export class WindowGrants implements LinkGrants {
     const binds: Promise<{ rkey: number }>[] = []
     let failure: unknown
     try {
-      const region = segment.region as MemoryRegion
-      const slice = region.slice(0, region.length)
       const access = windowAccess(segment.rights)
-      for (const qp of this.qps) {
-        const window = this.pd.allocMemoryWindow(2)
+      for (let i = 0; i < this.qps.length; i++) {
+        const qp = this.qps[i]!
+        const region = segment.regionOn(Math.floor(i / this.perRail)) as MemoryRegion
+        const window = qp.pd.allocMemoryWindow(2)
         granted.windows.push(window)
-        binds.push(qp.bindWindow(window, slice, access))
+        binds.push(qp.bindWindow(window, region.slice(0, region.length), access))
       }
     } catch (error) {
       failure = error

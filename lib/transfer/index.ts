@@ -1,7 +1,7 @@
 // The transfer engine: segments, blocks, peers, transfers, notifications, stats.
 export { TransferAgent } from './agent.js'
 export { TransferPlan } from './transfer-plan.js'
-export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats, TransferAgentEvents, PeerLostEvent } from './agent-options.js'
+export type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferOptions, Notification, NotificationMessage, AgentStats, RailStats, TransferAgentEvents, PeerLostEvent } from './agent-options.js'
 export type { MetadataOptions, MetadataSetting, MetadataState, MetadataStateEvent, PeerLeftEvent, PeerLeftReason, PeerRecord, PeerAddress } from './metadata/index.js'
 export { Peer } from './peer.js'
 export type { PeerState, RemoteSegmentInfo } from './peer.js'

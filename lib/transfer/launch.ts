@@ -16,6 +16,8 @@ import { TransferError } from './transfer-error.js'
 export interface Launcher {
   /** A batch failed and its QP is in the error state: the link to `peer` is broken. */
   linkFailed(peer: Peer, link: Link, error: Error): void
+  /** A batch of `bytes` completed on rail `rail` (stats()'s per-rail bytes). */
+  railBytes(rail: number, bytes: number): void
   /** A run of the caller's `blocks` failed with `error`: agent.resume() takes it from now on. */
   failed(error: TransferError, peer: Peer, op: TransferOp, blocks: Blocks): void
 }
@@ -59,6 +61,14 @@ export function launch(launcher: Launcher, peer: Peer, link: Link, plan: Checked
       notify: notification?.hooks.notify,
       notice: notification?.hooks.notice,
       onBatchError: (error) => launcher.linkFailed(peer, link, error),
+      railDone: launcher.railBytes,
+      railFailed: link.meter ? (rail, error) => link.railFailed(rail, error) : undefined,
+      resubmit: link.meter ? (r) => link.wakeUp(r) : undefined,
+      markers: notification?.hooks.notice && link.notices ? (count) => {
+        const seq = notification.hooks.notice!.seq
+        return Promise.all(Array.from({ length: count }, () => link.notices!.marker(seq))).then(() => undefined)
+      } : undefined,
+      measured: link.meter ? (bytes, ms) => { for (let r = 0; r < bytes.length; r++) link.meter!.record(r, bytes[r]!, ms[r]!) } : undefined,
       settled: (r, error, result) => {
         link.runs.delete(r)
         link.stalls.settled()

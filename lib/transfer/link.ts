@@ -20,11 +20,14 @@ import { StallWatch } from './stall-watch.js'
 import { NOTICE_RECEIVES, NoticeInbox } from './notices.js'
 import { NoticeSender } from './notice-sender.js'
 import type { AgentLinkSettings } from './transport.js'
+import { MAX_RAILS, RailMeter, railOf } from './rails.js'
 import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from './admission.js'
 
 /** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
 export interface LinkSettings extends AgentLinkSettings {
   pd: ProtectionDomain
+  /** The PDs of the agent's other rails (rails.ts), in rail order; empty with one rail. */
+  railPds: readonly ProtectionDomain[]
   /** Per-peer grants through memory windows (the device has them); else the region's key. */
   windows: boolean
   /** The data QPs' ACK timeout exponent (4.096 µs × 2^n), on both ends of each QP. */
@@ -43,6 +46,10 @@ export const MAX_QPS = 16
 
 export class Link {
   readonly posters: QpPoster[]
+  /** Rails of this link (rails.ts): their measured rates and which are down; undefined with one rail. */
+  meter: RailMeter | undefined
+  /** Lanes per rail (all lanes with one rail). */
+  perRail: number
   readonly runs = new Set<TransferRun>()
   /** The stall bound of the runs, one timer for all of them. */
   readonly stalls = new StallWatch(this.runs)
@@ -61,6 +68,39 @@ export class Link {
     readonly grants: LinkGrants,
     readonly peerAgent: string, readonly peerName: string, batchWrs: number, readonly closeData: () => void = () => undefined) {
     this.posters = lanes.map((lane, i) => new QpPoster(lane, i, batchWrs))
+    this.perRail = lanes.length
+  }
+
+  /** With several rails: each lane's share of a transfer's bytes (its rail's measured share); else undefined (equal). */
+  laneWeights(): Float64Array | undefined { return this.meter?.laneWeights(this.perRail) }
+
+  /** When a rail last failed (performance.now()), 0 if none did: the agent makes the link anew later to retry it. */
+  railDownAt = 0
+  /** Told of each rail that fails (stats().rails' failovers). */
+  onRailDown: ((rail: number, error: Error) => void) | undefined
+
+  /**
+   * A lane of rail `rail` went into the error state. Rail 0 carries the
+   * control channel: its failure is the link's (false). Another rail is
+   * marked down (shares 0 from now on), and every run moves the slices its
+   * lanes had not confirmed to the lanes still up (true).
+   */
+  railFailed(rail: number, error: Error): boolean {
+    const meter = this.meter
+    if (meter === undefined || rail === 0 || !this.healthy) return false
+    if (meter.isDown(rail)) return true
+    meter.markDown(rail)
+    this.railDownAt = performance.now()
+    this.onRailDown?.(rail, error)
+    const first = rail * this.perRail
+    for (const run of this.runs) run.railDown(first, first + this.perRail)
+    for (const run of this.runs) this.wakeUp(run)
+    return true
+  }
+
+  /** The lanes of the rails still up take `run`'s slices put back (a rail failed). */
+  wakeUp(run: TransferRun): void {
+    for (const poster of this.posters) if (!this.meter?.isDown(poster.lane.rail)) poster.wake(run)
   }
 
   /** Resolves once every batch posted on this link before now has settled (a peer's withdrawal waits for it). */
@@ -196,13 +236,23 @@ export class RdmaLink extends Link {
 
   constructor(conn: Connection, inbox: ControlInbox, readonly data: DataQps, remote: RemoteTable,
     peerAgent: string, peerName: string, batchWrs: number) {
-    super(conn, inbox, data.qps.map((qp, i) => new QpLane(qp, i)), remote, data.grants, peerAgent, peerName, batchWrs, () => closeData(data))
+    super(conn, inbox, data.qps.map((qp, i) => new QpLane(qp, i, railOf(i, data.perRail))), remote, data.grants, peerAgent, peerName, batchWrs, () => closeData(data))
     this.#notices = new NoticeSender(data.qps[0]!.pd, this.posters[0]!)
+    this.perRail = data.perRail
+    const rails = data.qps.length / data.perRail
+    if (rails > 1) {
+      this.meter = new RailMeter(rails)
+      // A QP of another rail than rail 0 in the error state (its notice receives flushed): that rail failed, not the link.
+      data.notices.onFlushed = (qp, error) => this.railFailed(railOf(data.qps.indexOf(qp), data.perRail), error)
+    }
   }
+
+  /** The rails this link moves data on. */
+  get rails(): number { return this.data.qps.length / this.data.perRail }
 
   override get notices(): NoticeSender { return this.#notices }
   get qps(): readonly QueuePair[] { return this.data.qps }
-  get cq(): CompletionQueue { return this.data.cq }
+  get cq(): CompletionQueue { return this.data.cqs[0]! }
 
   override listen(onMessage: (message: ControlMessage) => void, onFailure: (error: Error) => void, onNotice: (message: string | Buffer) => void): void {
     super.listen(onMessage, onFailure, onNotice)
@@ -210,38 +260,64 @@ export class RdmaLink extends Link {
   }
 }
 
-/** A link's data QPs, the CQ they share, the receiving half of their notices, and the peer's grants on them. */
-type DataQps = { cq: CompletionQueue; qps: QueuePair[]; notices: NoticeInbox; grants: LinkGrants }
+/**
+ * A link's data QPs (`perRail` on each rail, rail by rail), a CQ per rail
+ * they share, the receiving half of their notices, and the peer's grants on them.
+ */
+type DataQps = { cqs: CompletionQueue[]; qps: QueuePair[]; perRail: number; notices: NoticeInbox; grants: LinkGrants }
 
 /** Closes what dataQps() opened: grants, then QPs (their receives are flushed before the buffers go). */
 function closeData(data: Partial<DataQps>): void {
   data.grants?.close()
   for (const qp of data.qps ?? []) qp.close()
-  data.cq?.close()
+  for (const cq of data.cqs ?? []) cq.close()
   data.notices?.close()
 }
 
-function dataQps(settings: LinkSettings, count: number): DataQps {
-  const device = settings.pd.device
-  // Each QP: its slices and one notice in flight (qp-lane.ts), and the notices' receives.
-  const data: Partial<DataQps> = { cq: device.createCq({ entries: count * (settings.queueDepth + 1 + NOTICE_RECEIVES) + 16, pollMode: settings.pollMode }), qps: [] }
+/** `perRail` QPs on each of the first `rails` rails (each on its rail's device, PD and a CQ of its own); notices and grants come in finishData(). */
+function dataQps(settings: LinkSettings, perRail: number, rails: number): Partial<DataQps> {
+  const pds = [settings.pd, ...settings.railPds].slice(0, rails)
+  const data: Partial<DataQps> = { cqs: [], qps: [], perRail }
   try {
-    for (let i = 0; i < count; i++) data.qps!.push(settings.pd.createQp({ type: 'RC', sendCq: data.cq!, maxSendWr: settings.queueDepth + 1, maxRecvWr: NOTICE_RECEIVES }))
-    data.notices = new NoticeInbox(settings.pd, data.qps!)
-    data.grants = settings.windows ? new WindowGrants(settings.pd, data.qps!) : new KeyGrants()
+    for (const pd of pds) {
+      // Each QP: its slices and one notice in flight (qp-lane.ts), and the notices' receives.
+      const cq = pd.device.createCq({ entries: perRail * (settings.queueDepth + 1 + NOTICE_RECEIVES) + 16, pollMode: settings.pollMode })
+      data.cqs!.push(cq)
+      for (let i = 0; i < perRail; i++) data.qps!.push(pd.createQp({ type: 'RC', sendCq: cq, maxSendWr: settings.queueDepth + 1, maxRecvWr: NOTICE_RECEIVES }))
+    }
   } catch (error) {
     closeData(data)
     throw error
   }
+  return data
+}
+
+/** Keeps the first `rails` rails of `data` (the peer has no more), then opens the notices' receives and the grants over its QPs. */
+function finishData(settings: LinkSettings, data: Partial<DataQps>, rails: number): DataQps {
+  const keep = rails * data.perRail!
+  for (const qp of data.qps!.splice(keep)) qp.close()
+  for (const cq of data.cqs!.splice(rails)) cq.close()
+  data.notices = new NoticeInbox(settings.pd, data.qps!)
+  data.grants = settings.windows ? new WindowGrants(settings.pd, data.qps!, data.perRail) : new KeyGrants()
   return data as DataQps
+}
+
+/** The rails a hello offers (`perRail` QPs each; one rail when it does not say). */
+function railsOffered(message: HelloMessage): { perRail: number; rails: number } {
+  const perRail = message.perRail ?? message.qps.length
+  if (!Number.isInteger(perRail) || perRail < 1 || perRail > MAX_QPS || message.qps.length % perRail !== 0 || message.qps.length / perRail > MAX_RAILS) {
+    throw protocolError('The peer sent a malformed handshake (its rails)')
+  }
+  return { perRail, rails: message.qps.length / perRail }
 }
 
 function checkHello(message: HelloMessage, expected: number | undefined): void {
   if (message.p !== PROTOCOL) throw protocolError(`The peer speaks transfer protocol ${message.p}, this agent ${PROTOCOL}`)
-  if (typeof message.agent !== 'string' || !Array.isArray(message.qps) || message.qps.length < 1 || message.qps.length > MAX_QPS) {
+  if (typeof message.agent !== 'string' || !Array.isArray(message.qps) || message.qps.length < 1 || message.qps.length > MAX_QPS * MAX_RAILS) {
     throw protocolError('The peer sent a malformed handshake')
   }
-  if (expected !== undefined && message.qps.length !== expected) throw protocolError(`The peer offered ${message.qps.length} QPs for ${expected}`)
+  const { perRail } = railsOffered(message)
+  if (expected !== undefined && perRail !== expected) throw protocolError(`The peer offered ${perRail} QPs for ${expected}`)
 }
 
 /**
@@ -251,13 +327,13 @@ function checkHello(message: HelloMessage, expected: number | undefined): void {
  * per lane for each of its grants.
  */
 export async function exchangeTables(conn: ControlChannel, inbox: ControlInbox, settings: Pick<LinkSettings, 'table'>, remote: RemoteTable, timeoutMs: number,
-  peerName: string, grants: LinkGrants, lanes: number): Promise<{ entries: SegmentEntry[]; version: number }> {
+  peerName: string, grants: LinkGrants, lanes: number, perRail = lanes): Promise<{ entries: SegmentEntry[]; version: number }> {
   const [sent] = await Promise.all([
     settings.table(peerName, grants).then(async (table) => {
       await sendTable(conn, table.entries, table.version, timeoutMs)
       return table
     }),
-    receiveTable(inbox, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v, lanes)),
+    receiveTable(inbox, timeoutMs, (m: AddMessage) => remote.add(m.seg, m.v, lanes, perRail)),
   ])
   return sent
 }
@@ -276,15 +352,16 @@ function handshakeError(error: unknown): unknown {
  * and the link is built. A failure closes all that was opened.
  */
 async function handshake(conn: Connection, settings: LinkSettings, left: () => number,
-  greet: (inbox: ControlInbox, open: (count: number) => DataQps) => Promise<HelloMessage>): Promise<RdmaLink> {
-  let data: DataQps | undefined
+  greet: (inbox: ControlInbox, open: (perRail: number, rails: number) => Partial<DataQps>, finish: (rails: number) => DataQps) => Promise<HelloMessage>): Promise<RdmaLink> {
+  let data: Partial<DataQps> | undefined
+  let done: DataQps | undefined
   try {
     // Receives for everything the peer may send are posted before this side first sends.
     const inbox = new ControlInbox(conn)
-    const peer = await greet(inbox, (count) => (data = dataQps(settings, count)))
+    const peer = await greet(inbox, (perRail, rails) => (data = dataQps(settings, perRail, rails)), (rails) => (done = finishData(settings, data!, rails)))
     const remote = new RemoteTable()
-    const sent = await exchangeTables(conn, inbox, settings, remote, left(), String(peer.name), data!.grants, data!.qps.length)
-    const link = new RdmaLink(conn, inbox, data!, remote, peer.agent, String(peer.name), settings.batchWrs) // greet opened the QPs
+    const sent = await exchangeTables(conn, inbox, settings, remote, left(), String(peer.name), done!.grants, done!.qps.length, done!.perRail)
+    const link = new RdmaLink(conn, inbox, done!, remote, peer.agent, String(peer.name), settings.batchWrs) // greet opened the QPs
     link.sentTable = sent
     return link
   } catch (error) {
@@ -315,11 +392,16 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     throw error
   }
   const gate = new ConnectorGate(settings.admission, 'rdma', settings)
-  return handshake(conn, settings, left, async (inbox, open) => {
-    const data = open(settings.qps)
-    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()), ...gate.hello() } satisfies HelloMessage, { timeoutMs: left() })
+  return handshake(conn, settings, left, async (inbox, open, finish) => {
+    // Every rail's QPs offered (perRail says how they are laid out; a peer that does not know rails takes rail 0's only).
+    const rails = 1 + settings.railPds.length
+    const opened = open(settings.qps, rails)
+    await conn.sendJson({ t: 'hello', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: opened.qps!.map((qp) => qp.endpoint()),
+      ...(rails > 1 ? { perRail: settings.qps } : {}), ...gate.hello() } satisfies HelloMessage, { timeoutMs: left() })
     const welcome = await inbox.expect<HelloMessage>('welcome', left())
     checkHello(welcome, settings.qps)
+    if (welcome.qps.length > opened.qps!.length) throw protocolError(`The peer answered ${welcome.qps.length} QPs for ${opened.qps!.length}`)
+    const data = finish(welcome.qps.length / settings.qps)
     // A peer that did not check the incarnation itself (it answered anyway): refused here.
     if (incarnation !== undefined && welcome.agent !== incarnation) throw staleError(host, port, incarnation, welcome.agent)
     // With a secret: the listener proved it, or nothing more is sent (its QPs are never connected to).
@@ -348,18 +430,23 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
   const conn = await request.accept({ pd: settings.pd, receiveJson: true, timeoutMs })
-  return handshake(conn, settings, left, async (inbox, open) => {
+  return handshake(conn, settings, left, async (inbox, open, finish) => {
     const hello = await inbox.expect<HelloMessage>('hello', left())
     checkHello(hello, undefined)
     const gate = new ListenerGate(settings.admission, 'rdma', settings, hello)
     const early = gate.atHello()
     if (early) return refuse(conn, early, left()) // before any QP is made
-    const data = open(hello.qps.length)
+    // The rails both sides have; the peer's QPs on the others are left unconnected (it closes them).
+    const offered = railsOffered(hello)
+    const rails = Math.min(offered.rails, 1 + settings.railPds.length)
+    open(offered.perRail, rails)
+    const data = finish(rails)
     const connectData = async () => {
       for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
       data.notices.start() // before the welcome (or the table): the peer sends nothing before it has that
     }
-    const welcome = { t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()), ...gate.welcome() } satisfies HelloMessage
+    const welcome = { t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()),
+      ...(rails > 1 ? { perRail: offered.perRail } : {}), ...gate.welcome() } satisfies HelloMessage
     if (!gate.proving) {
       await connectData()
       await conn.sendJson(welcome, { timeoutMs: left() })

@@ -96,7 +96,7 @@ class NoticePost implements PostSource {
     this.#posted = true
     const done = this.lane.postNotice(this.tail)
     done.then(this.release, this.release)
-    return { wrs: 0, bytes: 0, slots: 1, from: 0, to: 0, done }
+    return { wrs: 0, bytes: 0, slots: 1, from: 0, to: 0, rail: 0, q: 0, done }
   }
 
   batchDone(): void { this.resolve() }
@@ -124,6 +124,11 @@ export class NoticeSender {
   send(seq: number, payload: NoticePayload): Promise<void> {
     const notice = new OutgoingNotice(this.pd, seq, 1, 0, payload)
     return this.#post(notice.tailFor(0), () => notice.release())
+  }
+
+  /** A marker of notice `seq` alone (a write's lane whose rail failed owes it: failover.ts). */
+  marker(seq: number): Promise<void> {
+    return this.#post({ imm: seq, slot: undefined, length: 0 }, () => undefined)
   }
 
   /** The transfer numbered `seq` failed on a healthy link: the peer stops waiting for it. */

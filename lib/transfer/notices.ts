@@ -140,7 +140,7 @@ class NoticeReceive {
   post(): void { this.qp.recv(this.slot).then(this.#arrived, this.#failed) }
 
   readonly #arrived = (wc: ReceiveCompletion): void => this.inbox.arrived(this, wc)
-  readonly #failed = (error: unknown): void => this.inbox.failed(error)
+  readonly #failed = (error: unknown): void => this.inbox.failed(error, this.qp)
 }
 
 /**
@@ -151,7 +151,8 @@ class NoticeReceive {
  * failure.
  */
 export class NoticeInbox {
-  readonly #region: MemoryRegion
+  /** The receive buffers, one region per PD (each rail's QPs are on a PD of their own: rails.ts). */
+  readonly #regions = new Map<ProtectionDomain, MemoryRegion>()
   readonly #order = new NoticeOrder((message) => {
     if (this.#onNotice) this.#onNotice(message)
     else this.#held.push(message)
@@ -163,14 +164,24 @@ export class NoticeInbox {
   #closed = false
 
   constructor(pd: ProtectionDomain, readonly qps: readonly QueuePair[]) {
-    this.#region = pd.allocRegion(qps.length * NOTICE_RECEIVES * NOTICE_BYTES, Access.LocalWrite)
+    const counts = new Map<ProtectionDomain, number>()
+    for (const qp of qps) counts.set(qp.pd, (counts.get(qp.pd) ?? 0) + 1)
+    try {
+      for (const [on, count] of counts) this.#regions.set(on, on.allocRegion(count * NOTICE_RECEIVES * NOTICE_BYTES, Access.LocalWrite))
+    } catch (error) {
+      this.close()
+      throw error
+    }
   }
 
   /** Posts the receives (the QPs are connected). */
   start(): void {
-    let at = 0
+    const at = new Map<ProtectionDomain, number>()
     for (const qp of this.qps) {
-      for (let i = 0; i < NOTICE_RECEIVES; i++, at += NOTICE_BYTES) new NoticeReceive(this, qp, this.#region.slice(at, NOTICE_BYTES)).post()
+      const region = this.#regions.get(qp.pd) ?? this.#regions.values().next().value!
+      let offset = at.get(qp.pd) ?? 0
+      for (let i = 0; i < NOTICE_RECEIVES; i++, offset += NOTICE_BYTES) new NoticeReceive(this, qp, region.slice(offset, NOTICE_BYTES)).post()
+      at.set(qp.pd, offset)
     }
   }
 
@@ -188,10 +199,14 @@ export class NoticeInbox {
     }
   }
 
+  /** Several rails: a QP's receives were flushed; true when that is its rail's failure alone (rails.ts), not the link's. */
+  onFlushed: ((qp: QueuePair, error: Error) => boolean) | undefined
+
   /** A receive failed: flushed (the QP went into the error state) or worse. */
-  failed(error: unknown): void {
+  failed(error: unknown, qp?: QueuePair): void {
     if (this.#closed) return
     if ((error as RdmaError)?.code !== 'WR_FLUSH_ERR') return this.#fail(error as Error)
+    if (qp && this.onFlushed?.(qp, error as Error)) return
     // Flushed: the QP went into the error state. Its cause (a send's error
     // completion, the peer going away) is reported first, if this side has
     // one; else this is the only sign of it.
@@ -216,6 +231,8 @@ export class NoticeInbox {
   close(): void {
     this.#closed = true
     this.#order.clear()
-    try { this.#region.close() } catch { /* closed with the PD */ }
+    for (const region of this.#regions.values()) {
+      try { region.close() } catch { /* closed with the PD */ }
+    }
   }
 }

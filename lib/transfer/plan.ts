@@ -113,7 +113,8 @@ function notBlock(value: unknown, i: number): Error {
 }
 
 /** Validates `blocks` for `op` against both tables and plans its slices. */
-export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, remote: RemoteTable, maxSliceBytes: number, qps: number): CheckedPlan {
+/** `weights`: each QP's share of the bytes (several rails: link.laneWeights()); undefined: equal. */
+export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, remote: RemoteTable, maxSliceBytes: number, qps: number, weights?: ArrayLike<number>): CheckedPlan {
   let cols: BlockColumns
   if (Array.isArray(blocks)) {
     const list = blocks as readonly Block[]
@@ -159,7 +160,7 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
     throw typeError('a list of blocks or { local, remote, localOffsets, remoteOffsets, blockSize }', 'blocks', blocks)
   }
   const bytes = validateColumns(cols, local.lengths, remote.lengths)
-  const plan = planSlices(cols, maxSliceBytes, qps, bytes)
+  const plan = planSlices(cols, maxSliceBytes, qps, bytes, weights)
   // Every field named (no spread): a spread's copy took a map of its own per plan, so every load of a plan's
   // field on the hot path missed (megamorphic) and each added field made a new map (~30k instructions per write).
   return {

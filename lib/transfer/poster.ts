@@ -15,6 +15,8 @@ import type { NoticeTail } from './notices.js'
  * TCP: the peer's ack); it rejects with a coded error.
  */
 export interface Lane {
+  /** The rail (device) the lane is on (rails.ts): 0 unless the agent has several. */
+  readonly rail: number
   /** Work requests (slices) that may be in flight at once. */
   readonly depth: number
   /** Closed or in error: a failed batch broke the link (else it was refused alone). */
@@ -33,6 +35,9 @@ export interface PostedBatch {
   /** Its slices: from .. to of the plan. */
   from: number
   to: number
+  /** The rail of the lane it was posted on, and the lane (QP) index. */
+  rail: number
+  q: number
   done: Promise<void>
 }
 
@@ -51,9 +56,10 @@ export interface PostSource {
   batchDone(batch: PostedBatch): void
   /**
    * `linkBroken`: the QP is in the error state or closed (not a refusal of
-   * this batch alone); `posted`: the batch was posted (else refused before).
+   * this batch alone); `posted`: the batch was posted (else refused before),
+   * `batch` then.
    */
-  batchFailed(error: Error, linkBroken: boolean, posted: boolean): void
+  batchFailed(error: Error, linkBroken: boolean, posted: boolean, batch?: PostedBatch): void
 }
 
 export class QpPoster {
@@ -80,6 +86,12 @@ export class QpPoster {
     if (!source.hasMore(this.index)) return
     this.#queue.push(source)
     this.pump()
+  }
+
+  /** A source that may have new work for this lane (a rail failed: rails.ts), queued unless it is already. */
+  wake(source: PostSource): void {
+    if (this.#queue.includes(source)) return this.pump()
+    this.add(source)
   }
 
   /**
@@ -111,7 +123,7 @@ export class QpPoster {
       }, (error: Error) => {
         this.#inflight -= slots
         this.#batchSettled()
-        source.batchFailed(error, this.#linkBroken(), true)
+        source.batchFailed(error, this.#linkBroken(), true, batch)
         this.pump()
       })
     }

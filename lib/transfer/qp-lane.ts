@@ -11,8 +11,8 @@ import type { Lane } from './poster.js'
 import type { SegmentMemory } from './segments.js'
 
 export class QpLane implements Lane {
-  /** `index`: the QP's place in its link (a per-peer grant has an rkey per QP). */
-  constructor(readonly qp: QueuePair, readonly index: number) {}
+  /** `index`: the QP's place in its link (a per-peer grant has an rkey per QP); `rail`: its device (rails.ts). */
+  constructor(readonly qp: QueuePair, readonly index: number, readonly rail = 0) {}
 
   /** Slices in flight; one send slot more is kept for a notice (link.ts sizes the QP so). */
   get depth(): number { return this.qp.caps.maxSendWr - 1 }
@@ -26,7 +26,16 @@ export class QpLane implements Lane {
     const held = tail?.slot ? [...regions as MemoryRegion[], tail.slot.region] : regions as MemoryRegion[]
     return this.qp.postEncoded(plan.op, tail ? count + 1 : count, held, (first, enc) => {
       const last = tail ? -1 : to - 1
-      if (wire.keyed) {
+      if (this.rail > 0) {
+        // Another rail: the local memory as that rail's device registered it, and the peer's key on this lane's rail.
+        const { locals, remotes } = plan
+        const rail = this.rail
+        for (let i = from; i < to; i++) {
+          const keys = remotes[slices.rseg[i]!]!.laneKeys
+          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, (locals[slices.lseg[i]!]!.regionOn(rail) as MemoryRegion).lkey,
+            wire.raddrLo[i]!, wire.raddrHi[i]!, keys === undefined ? wire.rkey[i]! : keys[this.index]!, 0)
+        }
+      } else if (wire.keyed) {
         // Per-peer grants: each segment's window on this QP (another QP's window refuses it).
         const remotes = plan.remotes
         for (let i = from; i < to; i++) {

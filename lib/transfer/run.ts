@@ -8,6 +8,7 @@ import type { Lane, PostedBatch, PostSource, QpPoster } from './poster.js'
 import type { SegmentMemory } from './segments.js'
 import type { RdmaErrorCode } from '../core/error-codes.js'
 import { LandedBlocks } from './landed.js'
+import { Resubmits } from './failover.js'
 import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
 import type { OutgoingNotice } from './notice-sender.js'
 import type { StallWatch, Watched } from './stall-watch.js'
@@ -33,6 +34,20 @@ export interface RunHooks {
   notice?: OutgoingNotice
   /** A batch failed and its QP is in the error state: the link is broken. */
   onBatchError(error: Error): void
+  /** A batch of `bytes` completed on rail `rail` (rails.ts). */
+  railDone(rail: number, bytes: number): void
+  /** Several rails: at success, the bytes each rail moved and the ms from start to its last completion (the link's RailMeter). */
+  measured: ((bytes: readonly number[], ms: readonly number[]) => void) | undefined
+  /**
+   * Several rails: a batch on rail `rail` (> 0) failed with its QP in the
+   * error state. True: the rail is (now) down and the run's slices on it go
+   * to the others (railDown()); false: the link is broken (onBatchError).
+   */
+  railFailed: ((rail: number, error: Error) => boolean) | undefined
+  /** Slices of the run were put back to be posted again: the lanes still up take them (posters woken). */
+  resubmit: ((run: TransferRun) => void) | undefined
+  /** A notified write whose failed lanes owe their markers: posts `count` more markers of its notice after the data. */
+  markers: ((count: number) => Promise<void>) | undefined
   settled(run: TransferRun, error: Error | undefined, result: TransferResult | undefined): void
 }
 
@@ -71,6 +86,13 @@ export class TransferRun implements PostSource, Watched {
   #lastProgress = this.#started
   #signal: AbortSignal | undefined
   #onProgress: TransferProgressListener | undefined
+  /** Several rails: bytes completed on each, and the time of its last completion. */
+  readonly #railBytes: number[] = []
+  readonly #railLast: number[] = []
+  /** Several rails: slices to post again after a rail failed (failover.ts). */
+  readonly #redo: Resubmits | undefined
+  /** The rail of the batch postNext() last refused (its slices go to #redo if that rail failed). */
+  #refused: { from: number; to: number; rail: number } | undefined
   readonly #onAbort = (): void => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, this.#signal?.reason))
 
   constructor(plan: CheckedPlan, hooks: RunHooks) {
@@ -79,6 +101,7 @@ export class TransferRun implements PostSource, Watched {
     this.#cursor = plan.bounds.slice(0, plan.bounds.length - 1)
     this.#slicesLeft = plan.slices.count
     this.#landed = new LandedBlocks(plan.map)
+    if (hooks.railFailed) this.#redo = new Resubmits(plan.bounds.length - 1)
   }
 
   /** Settled, or failing once its batches in flight settle: post nothing more for it. */
@@ -125,15 +148,35 @@ export class TransferRun implements PostSource, Watched {
   }
 
   hasMore(q: number): boolean {
-    return !this.settled && this.#cursor[q]! < this.#plan.bounds[q + 1]!
+    if (this.settled) return false
+    const redo = this.#redo
+    if (redo === undefined) return this.#cursor[q]! < this.#plan.bounds[q + 1]!
+    return !redo.isDown(q) && (this.#cursor[q]! < this.#plan.bounds[q + 1]! || redo.pending)
+  }
+
+  /** Rail failover: lanes first..last-1 are on a rail that failed; what they had not posted goes to the others. */
+  railDown(first: number, last: number): void {
+    const redo = this.#redo
+    if (redo === undefined || this.#done) return
+    for (let q = first; q < last; q++) {
+      redo.markDown(q)
+      redo.put(this.#cursor[q]!, this.#plan.bounds[q + 1]!)
+      this.#cursor[q] = this.#plan.bounds[q + 1]!
+    }
   }
 
   postNext(q: number, max: number, lane: Lane): PostedBatch {
     const { slices, locals, remotes } = this.#plan
-    const from = this.#cursor[q]!
-    const to = Math.min(this.#plan.bounds[q + 1]!, from + max)
-    if (to <= from) return { wrs: 0, bytes: 0, slots: 0, from, to: from, done: Promise.resolve() }
-    this.#cursor[q] = to
+    let from = this.#cursor[q]!
+    let to = Math.min(this.#plan.bounds[q + 1]!, from + max)
+    const own = to > from
+    if (this.#redo?.isDown(q)) to = from // its rail failed: nothing more on it
+    else if (own) this.#cursor[q] = to
+    else {
+      const again = this.#redo?.take(max)
+      if (again) ({ from, to } = again)
+    }
+    if (to <= from) return { wrs: 0, bytes: 0, slots: 0, from, to: from, rail: lane.rail, q, done: Promise.resolve() }
     // The local regions the batch names (held until it completes); a segment
     // unregistered since the plan was checked refuses the batch, before any
     // of it is posted.
@@ -148,7 +191,8 @@ export class TransferRun implements PostSource, Watched {
         lastLocal = l
         const segment = locals[l]!
         if (segment.withdrawn) throw new RdmaError(`Local segment '${segment.name}' was unregistered during the transfer`, { code: 'ERR_SEGMENT_WITHDRAWN' })
-        if (!regions.includes(segment.region)) regions.push(segment.region)
+        const region = segment.regionOn(lane.rail)
+        if (!regions.includes(region)) regions.push(region)
       }
       const r = slices.rseg[i]!
       if (r !== lastRemote) {
@@ -158,11 +202,17 @@ export class TransferRun implements PostSource, Watched {
       }
     }
     const notice = this.#hooks.notice
-    const tail = notice !== undefined && to === this.#plan.bounds[q + 1] ? notice.tailFor(q) : undefined
-    const done = lane.post(this.#plan, from, to, regions, tail)
+    const tail = notice !== undefined && own && to === this.#plan.bounds[q + 1]! ? notice.tailFor(q) : undefined
+    let done: Promise<void>
+    try {
+      done = lane.post(this.#plan, from, to, regions, tail)
+    } catch (error) {
+      this.#refused = { from, to, rail: lane.rail }
+      throw error
+    }
     if (tail?.slot) done.then(() => notice!.release(), () => notice!.release())
     this.#inflight++
-    return { wrs: to - from, bytes, slots: tail ? to - from + 1 : to - from, from, to, done }
+    return { wrs: to - from, bytes, slots: tail ? to - from + 1 : to - from, from, to, rail: lane.rail, q, done }
   }
 
   batchDone(batch: PostedBatch): void {
@@ -172,6 +222,12 @@ export class TransferRun implements PostSource, Watched {
     this.#confirmed += batch.bytes
     this.#slicesLeft -= batch.wrs
     this.#lastProgress = performance.now()
+    this.#hooks.railDone(batch.rail, batch.bytes)
+    if (batch.slots > batch.wrs) this.#redo?.tailed(batch.q)
+    if (this.#hooks.measured) {
+      this.#railBytes[batch.rail] = (this.#railBytes[batch.rail] ?? 0) + batch.bytes
+      this.#railLast[batch.rail] = this.#lastProgress
+    }
     if (this.#onProgress) {
       try {
         this.#onProgress(this.#confirmed, this.#plan.bytes)
@@ -181,13 +237,35 @@ export class TransferRun implements PostSource, Watched {
     }
     if (this.#pending) return this.#drained()
     if (this.#slicesLeft > 0) return
+    // A notified write that lost a rail: the markers its failed lanes owe go now, after all the data.
+    const owed = this.#hooks.notice && this.#redo?.anyDown ? this.#redo.owedMarkers(this.#plan.bounds) : 0
+    if (owed > 0 && this.#hooks.markers) {
+      this.#hooks.markers(owed).then(() => this.#finish(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be completed after a rail failed')))
+      return
+    }
+    this.#finish()
+  }
+
+  /** Every slice is confirmed: the notification (a read's), then success. */
+  #finish(): void {
     const notify = this.#hooks.notify
     if (!notify) return this.#succeed()
     notify().then(() => this.#succeed(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be sent')))
   }
 
-  batchFailed(error: Error, linkBroken: boolean, posted: boolean): void {
+  batchFailed(error: Error, linkBroken: boolean, posted: boolean, batch?: PostedBatch): void {
     if (this.#done) return
+    const refused = this.#refused
+    this.#refused = undefined
+    const failed = posted ? batch : refused
+    // Another rail than rail 0 failed: its slices go to the rails still up (the run goes on).
+    if (linkBroken && failed && failed.rail > 0 && this.#hooks.railFailed?.(failed.rail, error)) {
+      if (posted) this.#inflight--
+      this.#redo!.put(failed.from, failed.to)
+      this.#hooks.resubmit?.(this)
+      if (this.#pending) this.#drained()
+      return
+    }
     if (posted) this.#inflight--
     this.#pending ??= { cause: error, why: linkBroken ? 'a work request failed' : 'a batch was refused' }
     if (linkBroken) this.#hooks.onBatchError(error)
@@ -229,6 +307,11 @@ export class TransferRun implements PostSource, Watched {
 
   #succeed(): void {
     const p = this.#plan
+    if (this.#hooks.measured) {
+      const ms: number[] = []
+      for (let r = 0; r < this.#railBytes.length; r++) ms[r] = (this.#railLast[r] ?? this.#started) - this.#started
+      this.#hooks.measured(this.#railBytes.map((b) => b ?? 0), ms)
+    }
     this.#settle(undefined, { bytes: p.bytes, blocks: p.blocks, workRequests: p.slices.count, qps: p.qps, ms: performance.now() - this.#started })
   }
 

@@ -32,9 +32,12 @@ export type SegmentMemory = MemoryRegion | PlainMemory
 /**
  * A segment as it travels to peers: [name, address (hex), rkey, length,
  * rights], and for a per-peer grant over RDMA the rkey of each data QP of
- * the link (a type 2 window is valid on the QP that bound it only).
+ * the link (a type 2 window is valid on the QP that bound it only); an agent
+ * with several rails (rails.ts) adds, for a shared segment, the rkey of its
+ * memory on each rail (null in the per-QP place).
  */
 export type SegmentEntry = [string, string, number, number, SegmentRights] | [string, string, number, number, SegmentRights, number[]]
+  | [string, string, number, number, SegmentRights, null, number[]]
 
 /** Who a segment is granted to: every peer alike (its region's key), or named peers (or 'any' peer), each through grants of its own. */
 export type SegmentPeers = 'any' | readonly string[]
@@ -65,10 +68,15 @@ export class Segment {
   readonly grants: GrantList | undefined
   /** @internal the links' grants of it now, with the peer name each was made for (grants.ts) */
   readonly holders = new Map<LinkGrants, string>()
-  constructor(readonly name: string, readonly region: SegmentMemory, readonly rights: SegmentRights, index: number, peers?: SegmentPeers) {
+  constructor(readonly name: string, readonly region: SegmentMemory, readonly rights: SegmentRights, index: number, peers?: SegmentPeers,
+    /** @internal the same memory registered on rails 1.. (rails.ts); empty with one rail */
+    readonly railRegions: readonly SegmentMemory[] = []) {
     this.index = index
     this.grants = peers === undefined ? undefined : new GrantList(peers)
   }
+
+  /** @internal the segment's memory as rail `rail`'s device knows it */
+  regionOn(rail: number): SegmentMemory { return rail === 0 ? this.region : this.railRegions[rail - 1]! }
 
   /** 'shared': every peer reaches it by its region's key; else the peers it is granted to, each through grants of its own ('any': every peer not revoked). */
   get peers(): 'shared' | SegmentPeers { return this.grants ? this.grants.describe() : 'shared' }
@@ -84,6 +92,9 @@ export class Segment {
   /** @internal the wire form sent to peers; `keys`: a per-peer grant's rkey per data QP */
   entry(keys?: readonly number[]): SegmentEntry {
     const d = this.region.describe()
+    if (keys === undefined && this.railRegions.length > 0) {
+      return [this.name, d.addr, d.rkey, this.region.length, this.rights, null, [d.rkey, ...this.railRegions.map((r) => r.describe().rkey)]]
+    }
     if (keys === undefined) return [this.name, d.addr, d.rkey, this.region.length, this.rights]
     return [this.name, d.addr, keys[0]!, this.region.length, this.rights, [...keys]]
   }
@@ -116,9 +127,9 @@ export class LocalTable {
   readonly lengths: number[] = []
   version = 0
 
-  add(name: string, region: SegmentMemory, rights: SegmentRights, peers?: SegmentPeers): Segment {
+  add(name: string, region: SegmentMemory, rights: SegmentRights, peers?: SegmentPeers, railRegions?: readonly SegmentMemory[]): Segment {
     if (this.byName.has(name)) throw segmentError('ERR_SEGMENT_EXISTS', `A segment named '${name}' is registered already`)
-    const segment = new Segment(name, region, rights, this.lengths.length, peers)
+    const segment = new Segment(name, region, rights, this.lengths.length, peers, railRegions)
     this.lengths.push(region.length)
     this.byIndex.push(segment)
     this.byName.set(name, segment)
@@ -175,12 +186,26 @@ export class RemoteTable {
   readonly lengths: number[] = []
   version = 0
 
-  /** `lanes`: the link's data lanes (a per-peer grant names a key for each). */
-  add(entries: readonly SegmentEntry[], version: number, lanes: number): void {
-    for (const [name, addr, rkey, length, rights, keys] of entries) {
-      if (keys !== undefined && (!Array.isArray(keys) || keys.length !== lanes)) throw new RdmaError(`The peer's grant of segment '${name}' names ${Array.isArray(keys) ? keys.length : 'no list of'} keys for ${lanes} lanes`, { code: 'ERR_TRANSFER_PROTOCOL' })
+  /**
+   * `lanes`: the link's data lanes (a per-peer grant names a key for each),
+   * `perRail` of them on each rail (rails.ts; a shared segment of a peer with
+   * several rails names a key per rail).
+   */
+  add(entries: readonly SegmentEntry[], version: number, lanes: number, perRail = lanes): void {
+    for (const [name, addr, rkey, length, rights, keys, railKeys] of entries) {
+      let laneKeys: Uint32Array | undefined
+      if (keys !== undefined && keys !== null) {
+        if (!Array.isArray(keys) || keys.length !== lanes) throw new RdmaError(`The peer's grant of segment '${name}' names ${Array.isArray(keys) ? keys.length : 'no list of'} keys for ${lanes} lanes`, { code: 'ERR_TRANSFER_PROTOCOL' })
+        laneKeys = Uint32Array.from(keys)
+      } else if (lanes > perRail) {
+        // Several rails on this link: the key of the segment's memory on each lane's rail.
+        const rails = Math.ceil(lanes / perRail)
+        if (!Array.isArray(railKeys) || railKeys.length < rails) throw new RdmaError(`The peer's segment '${name}' names ${Array.isArray(railKeys) ? railKeys.length : 'no'} rail keys for ${rails} rails`, { code: 'ERR_TRANSFER_PROTOCOL' })
+        laneKeys = new Uint32Array(lanes)
+        for (let l = 0; l < lanes; l++) laneKeys[l] = railKeys[Math.floor(l / perRail)]!
+      }
       this.byName.get(name)?.withdraw()
-      const segment = new RemoteSegment(name, addr, rkey, length, rights, this.byIndex.length, keys === undefined ? undefined : Uint32Array.from(keys))
+      const segment = new RemoteSegment(name, addr, rkey, length, rights, this.byIndex.length, laneKeys)
       this.byIndex.push(segment)
       this.lengths.push(length)
       this.byName.set(name, segment)

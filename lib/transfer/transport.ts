@@ -50,6 +50,8 @@ export interface Transport {
    * memory windows: a region without remote access of its own).
    */
   register(source: RegisterableMemory | number, rights: SegmentRights, perPeer: boolean): SegmentMemory
+  /** RDMA with several rails (rails.ts): `region`'s memory registered on each other rail too; else none. */
+  registerRails?(region: SegmentMemory, rights: SegmentRights, perPeer: boolean): SegmentMemory[]
   /** A link to the agent at host:port (with `incarnation`: that incarnation only, else ERR_STALE_PEER). */
   connect(host: string, port: number, timeoutMs: number, signal?: AbortSignal, incarnation?: string): Promise<Link>
   /** Stops listening (connect attempts from now on are refused). */

@@ -34,6 +34,9 @@ sr_write_cmd() { # FILE INDEX -- CMD...
       "$SR_TOPOLOGY" "${SR_G_NETDEV[$idx]}" "${SR_G_ADDR[$idx]}" "${SR_G_ADDR6[$idx]}"
     if [[ $SR_TOPOLOGY == two-host ]]; then
       printf 'export SOFTROCE_HOST_INDEX=%q SOFTROCE_PEER_ADDR=%q\n' "$idx" "${SR_G_PEER[$idx]}"
+      # The second rail: its own wire, subnet and rxe device (guest-setup.sh).
+      printf 'export SOFTROCE_RAILS=2 SOFTROCE_RAIL1_DEVICE=rxe1 SOFTROCE_RAIL1_NETDEV=rail1 SOFTROCE_RAIL1_ADDR=%q SOFTROCE_RAIL1_ADDR6=%q SOFTROCE_RAIL1_PEER_ADDR=%q\n' \
+        "${SR_G_ADDR_R1[$idx]}" "${SR_G_ADDR6_R1[$idx]}" "${SR_G_PEER_R1[$idx]}"
     fi
     [[ -n ${SOFTROCE_VERBOSE:-} ]] && printf 'export SOFTROCE_VERBOSE=%q\n' "$SOFTROCE_VERBOSE"
     printf 'cd %q || { echo "softroce: cannot cd to %q in the guest" >&2; exit 1; }\n' "$SR_CWD" "$SR_CWD"
@@ -86,6 +89,8 @@ sr_vm_run() { # -- CMD...
   if [[ $SR_TOPOLOGY == two-host ]]; then
     n=2 mem=${SR_MEMORY:-2048}
     SR_G_NETDEV=(eth0 eth0) SR_G_ADDR=(198.18.0.1 198.18.0.2) SR_G_ADDR6=(fd00:198:18::1 fd00:198:18::2) SR_G_PEER=(198.18.0.2 198.18.0.1)
+    # rail 1: a second wire between the guests, on a subnet of its own
+    SR_G_ADDR_R1=(198.18.1.1 198.18.1.2) SR_G_ADDR6_R1=(fd00:198:18:1::1 fd00:198:18:1::2) SR_G_PEER_R1=(198.18.1.2 198.18.1.1)
   fi
 
   local boot_timeout=${SOFTROCE_BOOT_TIMEOUT:-300} rxe_timeout=${SOFTROCE_RXE_TIMEOUT:-90}
@@ -98,12 +103,16 @@ sr_vm_run() { # -- CMD...
     {
       printf 'SR_TOPOLOGY=%q SR_HOST_INDEX=%q SR_DEVICE=rxe0\n' "$SR_TOPOLOGY" "$i"
       printf 'SR_NETDEV=%q SR_ADDR=%q SR_ADDR6=%q SR_PEER_ADDR=%q\n' "${SR_G_NETDEV[$i]}" "${SR_G_ADDR[$i]}" "${SR_G_ADDR6[$i]}" "${SR_G_PEER[$i]}"
+      if [[ $SR_TOPOLOGY == two-host ]]; then
+        printf 'SR_R1_MAC=52:54:00:5e:01:1%s SR_R1_NETDEV=rail1 SR_R1_DEVICE=rxe1 SR_R1_ADDR=%q SR_R1_ADDR6=%q SR_R1_PEER_ADDR=%q\n' \
+          "$i" "${SR_G_ADDR_R1[$i]}" "${SR_G_ADDR6_R1[$i]}" "${SR_G_PEER_R1[$i]}"
+      fi
     } >"$x/config.sh"
     sr_write_cmd "$x/cmd.sh" "$i" -- "$@"
     : >"$SR_RUN/out$i"; : >"$SR_RUN/err$i"; : >"$SR_RUN/console$i.log"
   done
 
-  local sock=$SR_RUN/wire.sock
+  local sock=$SR_RUN/wire.sock sock1=$SR_RUN/wire1.sock
   for ((i = 0; i < n; i++)); do
     x=$SR_RUN/x$i
     # no_timer_check: on a loaded host the kernel's IO-APIC timer check can
@@ -123,14 +132,17 @@ sr_vm_run() { # -- CMD...
     if [[ $SR_TOPOLOGY == two-host ]]; then
       local server=off; [[ $i == 0 ]] && server=on
       qargs+=(-nic none -netdev "stream,id=n0,server=$server,addr.type=unix,addr.path=$sock"
-              -device "virtio-net-pci,netdev=n0,mac=52:54:00:5e:00:1$i")
+              -device "virtio-net-pci,netdev=n0,mac=52:54:00:5e:00:1$i"
+              -netdev "stream,id=n1,server=$server,addr.type=unix,addr.path=$sock1"
+              -device "virtio-net-pci,netdev=n1,mac=52:54:00:5e:01:1$i")
     else
       qargs+=(-nic none)
     fi
     if [[ $i == 1 ]]; then
       # the client end needs the server's socket to exist
-      for ((k = 0; k < 100; k++)); do [[ -S $sock ]] && break; sr_alive "${qpid[0]}" || break; sleep 0.1; done
+      for ((k = 0; k < 100; k++)); do [[ -S $sock && -S $sock1 ]] && break; sr_alive "${qpid[0]}" || break; sleep 0.1; done
       [[ -S $sock ]] || sr_vm_fail "$SR_E_BOOT" 0 "QEMU did not create the wire socket $sock" with-console
+      [[ -S $sock1 ]] || sr_vm_fail "$SR_E_BOOT" 0 "QEMU did not create the second wire's socket $sock1" with-console
     fi
     qemu-system-x86_64 "${qargs[@]}" </dev/null >>"$SR_RUN/qemu$i.log" 2>&1 &
     qpid[i]=$!

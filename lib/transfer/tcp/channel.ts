@@ -225,6 +225,7 @@ export class TcpChannel extends EventEmitter implements ControlChannel, FrameSin
 
 /** A lane of a TCP link: its poster's batches go over the link's one socket. */
 export class TcpLane implements Lane {
+  readonly rail = 0
   constructor(readonly channel: TcpChannel, readonly depth: number) {}
   get broken(): boolean { return this.channel.failed }
   post(plan: CheckedPlan, from: number, to: number): Promise<void> { return this.channel.postBatch(plan, from, to) }
