@@ -72,6 +72,8 @@ describe('RDMA: QPs, the device\'s enforcement, the ACK timeout', () => {
       qp.close()
       expect(await within(pending, 10_000, 'the receive of the closed QP')).toMatchObject({ code: expect.stringMatching(/^(ERR_CLOSED|WR_FLUSH_ERR)$/) })
       await until(() => (held.region as MemoryRegion).inflight === 0, 'no work request to name the region')
+      // Deregistered then (after the client's release answer, too): asynchronously, so wait for it.
+      await until(() => (held.region as MemoryRegion).closed, 'the withdrawn region to be deregistered')
       const src = agent.register('held-src', { size: 8192 })
       src.bytes.fill(9)
       // Forge the client's table back to the withdrawn entry, with its old rkey: the device is asked to write and read there.
