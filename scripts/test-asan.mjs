@@ -98,6 +98,9 @@ async function runSanitized() {
   // 42.collection asserts when the GC frees objects: under the sanitizer
   // build one CQ once stayed uncollected for 40 rounds (cause not found yet);
   // `npm test` runs it, and the objects it drops are closed here by the others.
+  // Alone under this build it passes with no report (2026-12-06: 6 tests, vitest
+  // 218 s, 379 s with the guest's boot; collected in 1-3 rounds): the failure
+  // came in a full run only, so it stays out until a full run shows it clean.
   // 110.soak runs for a fixed 60 s and 112.exhaustion creates objects by the
   // thousand: minutes of the same native paths the other files cover once.
   // 120.lock-table runs client processes for minutes and its leases are

@@ -7,6 +7,7 @@ import { call, closedError, errnoName, RdmaError } from '../core/errors.js'
 import type { RdmaErrorCode } from '../core/error-codes.js'
 import { typeError, type WaitOptions } from '../core/validate.js'
 import { deferDestroyWhilePortDown } from './deferred-destroy.js'
+import { releaseRemovedDevice } from './removed-devices.js'
 
 const EVENT_PREFIX = 'RDMA_CM_EVENT_'
 export const DEFAULT_TIMEOUT = 10_000
@@ -53,6 +54,9 @@ export class CmIdHandle {
   closed = false
   /** A listening id sends nothing when destroyed, and must free its port at once. */
   listening = false
+  /** Its device was removed (DEVICE_REMOVAL): it is destroyed at once, and librdmacm told. */
+  removed = false
+  removedDevice: string | null = null
   constructor(readonly native: NativeCmId, readonly key: number) {}
 
   /** Runs `action` and resolves with the event named `success`; any other event of the step rejects. */
@@ -87,10 +91,24 @@ export class CmIdHandle {
   }
 
   deliver(event: NativeCmEvent): void {
+    if (event.type === 'DEVICE_REMOVAL') return this.#deviceRemoved(event)
     const waiter = this.#waiter
     if (!waiter) return this.onUnexpected(event)
     if (event.type === waiter.success) waiter.resolve(event)
     else waiter.reject(eventError(event))
+  }
+
+  // rdma_get_cm_event(3): the id must be destroyed. The step waiting fails, the
+  // owner (connection, listener) closes what it made on the device, then the id goes.
+  #deviceRemoved(event: NativeCmEvent): void {
+    this.removed = true
+    try { this.removedDevice = this.native.deviceName() } catch { /* the id no longer names it */ }
+    this.#waiter?.reject(eventError(event))
+    try {
+      this.onUnexpected(event)
+    } finally {
+      this.close()
+    }
   }
 
   fail(error: Error): void {
@@ -102,6 +120,12 @@ export class CmIdHandle {
     this.closed = true
     this.fail(closedError('Connection'))
     channel().forget(this.key)
+    if (this.removed) {
+      // No MAD can leave a removed device: destroyed now, then librdmacm may close its context.
+      const device = this.removedDevice
+      try { call(() => this.native.close()) } finally { releaseRemovedDevice(device) }
+      return
+    }
     if (this.listening || !deferDestroyWhilePortDown(this.native)) call(() => this.native.close())
   }
 
@@ -111,7 +135,7 @@ export class CmIdHandle {
   }
 }
 
-function eventError(event: NativeCmEvent): RdmaError {
+export function eventError(event: NativeCmEvent): RdmaError {
   const details = { privateData: event.privateData, cmStatus: event.status }
   const make = (code: RdmaErrorCode, message: string) => Object.assign(new RdmaError(message, { code, status: event.type }), details)
   switch (event.type) {
@@ -121,6 +145,7 @@ function eventError(event: NativeCmEvent): RdmaError {
     case 'ROUTE_ERROR': return make('ROUTE_ERROR', `Route resolution failed (status ${event.status})`)
     case 'CONNECT_ERROR': return make('CONNECT_ERROR', `Connection failed (status ${event.status})`)
     case 'DISCONNECTED': return make('ECONNRESET', 'The peer disconnected')
+    case 'DEVICE_REMOVAL': return make('ERR_DEVICE_REMOVED', 'The RDMA device was removed (rdma_cm DEVICE_REMOVAL)')
     default: return make('ERR_CM_EVENT', `Unexpected rdma_cm event ${event.type} (status ${event.status})`)
   }
 }

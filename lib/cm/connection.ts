@@ -111,7 +111,8 @@ export class Connection extends EventEmitter {
   }
 
   #onEvent(event: NativeCmEvent): void {
-    if (event.type === 'DISCONNECTED' || event.type === 'DEVICE_REMOVAL') {
+    if (event.type === 'DEVICE_REMOVAL') return this.#deviceRemoved(event)
+    if (event.type === 'DISCONNECTED') {
       // Answer the peer's disconnect (DREP) at once, so its disconnect() completes.
       try { this.#id.native.disconnect() } catch { /* already disconnected */ }
       this.#markDisconnected()
@@ -119,13 +120,28 @@ export class Connection extends EventEmitter {
     }
   }
 
-  #markDisconnected(): void {
+  // The device is gone: requests fail with ERR_DEVICE_REMOVED, 'disconnected'
+  // handlers see the QP in error, then everything the connection made on the
+  // device is released (the channel destroys the id after this returns).
+  #deviceRemoved(event: NativeCmEvent): void {
+    // A connection the peer disconnected first (its DREQ can come before our
+    // DEVICE_REMOVAL) said 'disconnected' already: once per connection.
+    const told = this.#disconnected
+    this.#markDisconnected(new RdmaError('The RDMA device was removed (rdma_cm DEVICE_REMOVAL)', { code: 'ERR_DEVICE_REMOVED', status: event.type, qpn: this.qp.qpn }))
+    try {
+      if (!told) this.emit('disconnected', event.type)
+    } finally {
+      this.close()
+    }
+  }
+
+  #markDisconnected(cause?: RdmaError): void {
     if (this.#disconnected) return
     this.#disconnected = true
     // New requests are refused with ECONNRESET as the cause; moving the QP to
     // the error state flushes the pending ones (rdma_cm leaves the QP alone
     // when the peer disconnects).
-    this.qp.failed(new RdmaError('The connection was disconnected', { code: 'ECONNRESET', qpn: this.qp.qpn }))
+    this.qp.failed(cause ?? new RdmaError('The connection was disconnected', { code: 'ECONNRESET', qpn: this.qp.qpn }))
     if (!this.qp.closed) {
       try { this.qp.modify('ERR') } catch { /* already in error */ }
     }

@@ -26,6 +26,7 @@ export class ConnectionRequest {
   async accept(options: AcceptOptions = {}): Promise<Connection> {
     if (this.#answered) throw new RdmaError('This request was already answered', { code: 'ERR_ANSWERED' })
     this.#answered = true
+    if (this.id.removed) throw new RdmaError('The RDMA device of this request was removed (rdma_cm DEVICE_REMOVAL)', { code: 'ERR_DEVICE_REMOVED', status: 'DEVICE_REMOVAL' })
     const o = optionalObject(options, 'options') as AcceptOptions
     let connection: Connection | undefined
     try {
@@ -76,8 +77,9 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   readonly pd: ProtectionDomain | undefined
   readonly #id: CmIdHandle
   readonly #queue: ConnectionRequest[] = []
-  readonly #takers: Array<(result: IteratorResult<ConnectionRequest>) => void> = []
+  readonly #takers: Array<{ resolve: (result: IteratorResult<ConnectionRequest>) => void; reject: (error: Error) => void }> = []
   #closed = false
+  #error: RdmaError | undefined
 
   /** Not constructible: made by listen(). */
   constructor(...notConstructible: never)
@@ -88,8 +90,14 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
     this.#id = id
     this.pd = pd
     channel().addListener(id.key, (requestId, event) => this.push(new ConnectionRequest(this, requestId, event)))
+    id.onUnexpected = (event) => {
+      if (event.type === 'DEVICE_REMOVAL') this.#close(new RdmaError('The listener\'s RDMA device was removed (rdma_cm DEVICE_REMOVAL): it is closed', { code: 'ERR_DEVICE_REMOVED', status: event.type }))
+    }
     channel().hold(id)
   }
+
+  /** Why the listener closed by itself (its device was removed: ERR_DEVICE_REMOVED), or undefined. */
+  get error(): RdmaError | undefined { return this.#error }
 
   /** The bound address (the port is real even when 0 was asked for). */
   get address(): CmAddress | null { return this.#closed ? null : this.#id.native.localAddress() }
@@ -98,11 +106,11 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
   push(request: ConnectionRequest): void {
     if (this.listenerCount('request') > 0) return void this.emit('request', request)
     const taker = this.#takers.shift()
-    if (taker) taker({ value: request, done: false })
+    if (taker) taker.resolve({ value: request, done: false })
     else this.#queue.push(request)
   }
 
-  /** The next request (or undefined once closed). */
+  /** The next request (or undefined once closed; rejects with ERR_DEVICE_REMOVED once its device was removed). */
   async accept(): Promise<ConnectionRequest | undefined> {
     const next = await this[Symbol.asyncIterator]().next()
     return next.done ? undefined : next.value
@@ -113,8 +121,9 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
       next: () => {
         const queued = this.#queue.shift()
         if (queued) return Promise.resolve({ value: queued, done: false })
+        if (this.#error) return Promise.reject(this.#error)
         if (this.#closed) return Promise.resolve({ value: undefined, done: true })
-        return new Promise((resolve) => this.#takers.push(resolve))
+        return new Promise((resolve, reject) => this.#takers.push({ resolve, reject }))
       },
       return: () => {
         this.close()
@@ -123,16 +132,26 @@ export class Listener extends EventEmitter implements AsyncIterable<ConnectionRe
     }
   }
 
-  /** Stops listening; requests not yet answered are rejected. */
+  /** Stops listening; requests not yet answered are rejected. Emits 'closed'. */
   close(): void {
+    this.#close(undefined)
+  }
+
+  // `error`: the device was removed. The channel destroys the id after this returns.
+  #close(error: RdmaError | undefined): void {
     if (this.#closed) return
     this.#closed = true
+    this.#error = error
     channel().release(this.#id)
     for (const request of this.#queue.splice(0)) {
       try { request.reject() } catch { /* already gone */ }
     }
-    for (const taker of this.#takers.splice(0)) taker({ value: undefined, done: true })
+    for (const taker of this.#takers.splice(0)) {
+      if (error) taker.reject(error)
+      else taker.resolve({ value: undefined, done: true })
+    }
     this.#id.close()
+    this.emit('closed', error)
   }
 
   [Symbol.dispose](): void { this.close() }

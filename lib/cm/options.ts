@@ -1,5 +1,6 @@
 // The options, events and addresses of rdma_cm connections and listeners.
 import type { WaitOptions } from '../core/validate.js'
+import type { RdmaError } from '../core/errors.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { CompletionQueue, CompletionQueueOptions } from '../verbs/completion-queue.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
@@ -67,6 +68,8 @@ export interface ConnectionEvents {
 export interface ListenerEvents {
   /** A connection request; while any 'request' listener exists, requests go to it rather than to accept() / iteration. */
   request: [request: ConnectionRequest]
+  /** Closed: by close() (no error), or by itself when its device was removed (an RdmaError, code ERR_DEVICE_REMOVED). */
+  closed: [error: RdmaError | undefined]
 }
 
 export interface ListenOptions {

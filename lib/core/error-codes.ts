@@ -17,6 +17,8 @@ export const LIBRARY_ERROR_CODES = [
   'ERR_ADDON_LOAD', 'ERR_NAPI', 'ERR_UV', 'ERR_UNKNOWN',
   // rdma_cm
   'ERR_CM_EVENT', 'ERR_ANSWERED', 'ADDR_ERROR', 'ROUTE_ERROR', 'CONNECT_ERROR',
+  // rdma_cm's DEVICE_REMOVAL: the listener or connection on that device was closed
+  'ERR_DEVICE_REMOVED',
   // async events that fail a queue pair, a queue or a device
   'QP_FATAL', 'QP_REQ_ERR', 'QP_ACCESS_ERR', 'CQ_ERR', 'DEVICE_FATAL',
   // waits

@@ -112,6 +112,8 @@ export interface NativeCmId {
 
 export interface NativeAddon {
   listDevices(): NativeDeviceInfo[]
+  /** Lets librdmacm close the contexts of removed devices nothing holds any more (rdma_get_devices + rdma_free_devices). */
+  releaseRemovedDevices(): void
   /** type -1: the device's async fd failed; detail is then the errno and code its name. */
   setAsyncEventHandler(handler: (device: string, type: number, detail: number, code?: string) => void): void
   CmEventChannel: new (onEvent: (event: NativeCmEvent) => void) => NativeCmEventChannel

@@ -42,6 +42,9 @@ struct ContextResource : Resource {
   const char* destroy_call() const override { return "ibv_close_device"; }
   ibv_context* ctx = nullptr;
   bool owned = true;  // false for librdmacm's contexts (shared, never closed here)
+  // A one-entry rdma_get_devices() list held while this Device is open: librdmacm
+  // counts it, so it closes a removed device's context only after this Device closed.
+  ibv_context** rdmacm_ref = nullptr;
   AddonData* addon = nullptr;
   std::weak_ptr<CompChannel> comp_channel;  // made by the first CQ
   ~ContextResource() override { Close(); }

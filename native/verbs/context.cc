@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
+#include <cstring>
+
 #include <rdma/rdma_cma.h>
 
 #include "addon.h"
@@ -11,14 +13,43 @@
 
 namespace ibv {
 
+namespace {
+// Whether another open Device of this addon shares librdmacm's context `ctx`.
+bool SharedByAnother(AddonData* addon, const ContextResource* self, ibv_context* ctx) {
+  for (auto& weak : addon->roots) {
+    auto resource = weak.lock();
+    // No RTTI: the kind names the class (only ContextResource is a "Device").
+    if (!resource || resource.get() == self || resource->closed() || std::strcmp(resource->kind(), "Device") != 0) continue;
+    if (std::static_pointer_cast<ContextResource>(resource)->ctx == ctx) return true;
+  }
+  return false;
+}
+}  // namespace
+
 int ContextResource::DestroyHandle() {
   if (ctx && owned) {
     if (addon) UnsubscribeAsyncEvents(addon, ctx);  // stop its reader before the fd closes
     int rc = ibv_close_device(ctx);
     if (rc != 0) return rc > 0 ? rc : (errno ? errno : EIO);
   }
+  if (ctx && rdmacm_ref) {
+    // Releasing the reference may close the context (its device was removed):
+    // the async-event reader stops first, unless another Device still uses it.
+    if (addon && !SharedByAnother(addon, this, ctx)) UnsubscribeAsyncEvents(addon, ctx);
+    rdma_free_devices(rdmacm_ref);
+    rdmacm_ref = nullptr;
+  }
   ctx = nullptr;
   return 0;
+}
+
+// librdmacm closes the context of a removed device only once nothing holds it
+// and it has looked at the device list again: after the ids and Devices on a
+// removed device are destroyed, this lets the removal (rdma link delete) finish.
+Napi::Value ReleaseRemovedDevices(const Napi::CallbackInfo& info) {
+  ibv_context** list = rdma_get_devices(nullptr);
+  if (list) rdma_free_devices(list);
+  return info.Env().Undefined();
 }
 
 void CloseOrThrow(Napi::Env env, Resource* resource, const char* /*syscall*/) {
@@ -135,10 +166,25 @@ class ContextWrap : public Napi::ObjectWrap<ContextWrap> {
     int count = 0;
     ibv_context** shared = rdma_get_devices(&count);
     if (shared) {
-      for (int i = 0; i < count; i++) {
-        if (name == ibv_get_device_name(shared[i]->device)) resource->ctx = shared[i];
+      // rdma_free_devices() releases each entry of a list it frees: the other
+      // devices now, this one (a list of its own) when the Device closes.
+      auto** others = static_cast<ibv_context**>(calloc(count + 1, sizeof(ibv_context*)));
+      auto** mine = static_cast<ibv_context**>(calloc(2, sizeof(ibv_context*)));
+      if (!others || !mine) {
+        free(others);
+        free(mine);
+        rdma_free_devices(shared);
+        ThrowErrno(env, ENOMEM, "rdma_get_devices");
       }
-      rdma_free_devices(shared);
+      int n = 0;
+      for (int i = 0; i < count; i++) {
+        if (!resource->ctx && name == ibv_get_device_name(shared[i]->device)) resource->ctx = mine[0] = shared[i];
+        else others[n++] = shared[i];
+      }
+      free(shared);  // its entries are now in `others` and `mine`
+      rdma_free_devices(others);
+      if (resource->ctx) resource->rdmacm_ref = mine;
+      else free(mine);
     }
     if (resource->ctx) {
       resource->owned = false;
@@ -279,6 +325,7 @@ void InitContext(Napi::Env env, Napi::Object exports, AddonData* data) {
   Napi::Function ctor = ContextWrap::Define(env);
   exports.Set("Context", ctor);
   exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
+  exports.Set("releaseRemovedDevices", Napi::Function::New(env, ReleaseRemovedDevices, "releaseRemovedDevices"));
   exports.Set("setAsyncEventHandler", Napi::Function::New(env, SetAsyncEventHandler, "setAsyncEventHandler"));
 }
 

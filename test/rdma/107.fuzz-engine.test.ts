@@ -1,8 +1,9 @@
 // Property-based fuzzer of the transfer engine and the lock table (issue 27).
 // Per run: three TransferAgents in this process on the test device, and a
 // connected RC pair under two RemoteLockTables; random calls in random
-// orders (register, unregister, connect, write, read, prepare + run, notify,
-// resume, closePeer, close; acquire, release, renew, fence), segments
+// orders (register with or without per-peer grants, grant, revoke, unregister,
+// connect, write, read, prepare + run, notify, resume, closePeer, close;
+// acquire, release, renew, fence), segments
 // withdrawn and agents closed while transfers are live, hostile arguments.
 // Properties: every call returns or fails with a coded Error, with the code
 // the table (fuzz-codes.ts) expects for its hostile argument; every promise
@@ -15,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
 import { writeSync } from 'node:fs'
 import {
-  Peer, RemoteLockTable, RemoteSlice, Segment, TransferAgent, TransferError, TransferPlan, remoteRegion,
+  Peer, RemoteLockTable, RemoteSlice, Segment, TransferAgent, TransferError, TransferPlan, listen, remoteRegion,
   type Device, type LockGrant,
 } from '../../dist/index.js'
 import { connectedPair, pattern, testDevice } from './helpers.js'
@@ -271,6 +272,59 @@ function transfer(w: World, a0: Action, op: 'write' | 'read', planned: boolean):
   }).finally(() => { if (!resumable) release() })
 }
 
+// --- per-peer grants ----------------------------------------------------------
+
+/** grant-options.ts checkPeers(): undefined or 'any', else a list of names of 1..128 characters. */
+const isPeerName = (v: unknown) => typeof v === 'string' && v.length >= 1 && v.length <= 128
+const peersRule = (v: unknown): string | undefined =>
+  v === undefined || v === 'any' ? undefined : !Array.isArray(v) || !v.every(isPeerName) ? TYPE : undefined
+
+/**
+ * The code grant()/revoke() must refuse `segment` with on agent `at`, or undefined when it resolves to a
+ * per-peer segment: #assertOpen(), then the table's resolve() (a withdrawn Segment, an unknown name),
+ * then a segment every peer shares (ERR_SEGMENT_SHARED).
+ */
+function segmentCode(w: World, at: number, segment: unknown): string | undefined {
+  if (w.closedAgents.has(at)) return CLOSED
+  const agent = w.agents[at]!
+  let resolved: Segment | undefined
+  if (segment instanceof Segment) {
+    if (segment.withdrawn || agent.segments.get(segment.name) !== segment) return 'ERR_SEGMENT_WITHDRAWN'
+    resolved = segment
+  } else {
+    resolved = typeof segment === 'string' ? agent.segments.get(segment) : undefined
+    if (!resolved) return 'ERR_SEGMENT_UNKNOWN'
+  }
+  return resolved.peers === 'shared' ? 'ERR_SEGMENT_SHARED' : undefined
+}
+
+/**
+ * grant(peerName, segment) / revoke(peer, segment) on a segment of the agent's, per-peer or shared, live or
+ * withdrawn, by object or name, with a good or hostile peer: while transfers to it run (a revoked peer's
+ * batch in flight fails coded, the others go on; the bytes of those that resolve are checked).
+ */
+function grantOrRevoke(w: World, a: Action, call: 'grant' | 'revoke'): void {
+  const s = pick(w.segments, a.i)
+  const at = s?.at ?? a.i % AGENTS
+  const agent = w.agents[at]!
+  let segment: unknown = a.o & 1 ? s?.segment.name : s?.segment
+  if (segment === undefined) segment = `s${a.n % 64}`
+  // A peer: a connected one's handle (revoke only) or name, any agent's name, or a hostile value.
+  const linked = pick(w.peers.filter((p) => p.at === at), a.j)
+  let peer: unknown = call === 'revoke' && linked && a.k & 1 ? linked.peer : w.names[a.j % AGENTS]
+  let argument = 'segment'
+  switch (a.bad) {
+    case 0: segment = a.h; break
+    case 1: peer = a.h; argument = 'peer'; break
+    case 2: segment = `nope${a.n}`; break
+  }
+  const peerOk = call === 'grant' ? isPeerName(peer) : isPeerName(peer) || peer instanceof Peer
+  const expected = segmentCode(w, at, segment) ?? (peerOk ? OK : TYPE)
+  const value = argument === 'peer' ? peer : segment
+  if (call === 'grant') invoke(w, 'TransferAgent.grant', () => agent.grant(peer as string, segment as never), checking(argument, value, expected))
+  else invoke(w, 'TransferAgent.revoke', () => agent.revoke(peer as string, segment as never), checking(argument, value, expected))
+}
+
 // --- the calls --------------------------------------------------------------
 
 type Op = (w: World, a: Action) => void
@@ -281,10 +335,13 @@ const OPS: Record<string, Op> = {
     const agent = w.agents[at]!
     let name: unknown = `s${w.segmentCounter++}`
     const o: Record<string, unknown> = { size: SEGMENT, remote: RIGHTS[a.k % 4] }
+    // One in two registrations is granted per peer: 'any', or some agents' names (bits of n).
+    if (a.o & 0x10) o.peers = a.n % 5 === 0 ? 'any' : w.names.filter((_, x) => (a.n >> x) & 1)
     let options: unknown = o
     let check: Check | undefined
-    // #assertOpen() first; then the name, the options object, the rights, a name taken, the size.
+    // #assertOpen() first; then the name, the options object, the rights, the peers, a name taken, the size.
     switch (a.bad) {
+      case 5: o.peers = a.h; check = checking('options.peers', a.h, peersRule(a.h)); break
       case 0: name = a.h; check = checking('name', a.h, typeof a.h === 'string' && a.h.length >= 1 && a.h.length <= 128 ? (agent.segments.has(a.h) ? 'ERR_SEGMENT_EXISTS' : undefined) : TYPE); break
       case 1: options = a.h; check = checking('options', a.h, obj(a.h)); break
       case 2: o.remote = a.h; check = checking('options.remote', a.h, optOneOf(RIGHTS)(a.h)); break
@@ -337,6 +394,8 @@ const OPS: Record<string, Op> = {
     const connecting = invoke(w, 'TransferAgent.connect', () => agent.connect(target as never), check)
     if (connecting instanceof Promise) connecting.then((peer: Peer) => { if (!w.peers.some((p) => p.peer === peer)) w.peers.push({ at, peer, to }) }, () => {})
   },
+  grant: (w, a) => grantOrRevoke(w, a, 'grant'),
+  revoke: (w, a) => grantOrRevoke(w, a, 'revoke'),
   write: (w, a) => transfer(w, a, 'write', false),
   read: (w, a) => transfer(w, a, 'read', false),
   planned: (w, a) => transfer(w, a, a.k & 1 ? 'read' : 'write', true),
@@ -480,7 +539,7 @@ const OPS: Record<string, Op> = {
   },
   yield: () => {},
 }
-const WEIGHTS: Record<string, number> = { write: 5, read: 4, planned: 3, register: 3, unregister: 2, connect: 2, acquire: 3, release: 2 }
+const WEIGHTS: Record<string, number> = { write: 5, read: 4, planned: 3, register: 3, unregister: 2, connect: 2, acquire: 3, release: 2, grant: 2, revoke: 2 }
 const OP_NAMES = Object.keys(OPS).flatMap((name) => Array<string>(WEIGHTS[name] ?? 1).fill(name))
 
 
@@ -540,6 +599,12 @@ async function collectGarbage(): Promise<void> {
 
 beforeAll(async () => {
   testDevice().close() // librdmacm's context per device, kept for the process: counted in `before`
+  // librdmacm's own PD of the device (one, reused by its ids): allocated for the first id bound
+  // to the device and freed only when its last id goes while no Device holds the context (a
+  // Device holds a librdmacm reference until closed): also kept, also counted in `before`.
+  const device = testDevice()
+  ;(await listen({ host: HOST, port: 0 })).close()
+  device.close()
   await collectGarbage()
   before = resources()
   lockDevice = testDevice()
