@@ -16,11 +16,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import fc from 'fast-check'
 import { writeSync } from 'node:fs'
 import {
-  Peer, RemoteLockTable, RemoteSlice, Segment, TransferAgent, TransferError, TransferPlan, listen, remoteRegion,
+  Peer, RemoteLockTable, RemoteSlice, Segment, TransferAgent, TransferError, TransferPlan, remoteRegion,
   type Device, type LockGrant,
 } from '../../dist/index.js'
 import { connectedPair, pattern, testDevice } from './helpers.js'
-import { countResources } from './resources.js'
+import { countResources, keepLibrdmacmPd } from './resources.js'
 import { ACCEPTED, CLOSED, CodeChecks, TYPE, int, nullishInt, obj, optFn, optInst, optInt, optObj, optOneOf, show } from './fuzz-codes.js'
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 10)
@@ -599,12 +599,7 @@ async function collectGarbage(): Promise<void> {
 
 beforeAll(async () => {
   testDevice().close() // librdmacm's context per device, kept for the process: counted in `before`
-  // librdmacm's own PD of the device (one, reused by its ids): allocated for the first id bound
-  // to the device and freed only when its last id goes while no Device holds the context (a
-  // Device holds a librdmacm reference until closed): also kept, also counted in `before`.
-  const device = testDevice()
-  ;(await listen({ host: HOST, port: 0 })).close()
-  device.close()
+  await keepLibrdmacmPd(HOST) // librdmacm's own PD of the device: kept, counted in `before`
   await collectGarbage()
   before = resources()
   lockDevice = testDevice()

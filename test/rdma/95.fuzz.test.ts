@@ -22,7 +22,7 @@ import {
   ProtectionDomain, QueuePair, RemoteRegion, RemoteSlice, SharedReceiveQueue, connect, listen, openDevice, remoteRegion,
 } from '../../dist/index.js'
 import { connectedPair, pattern, testDevice, type Side } from './helpers.js'
-import { countResources } from './resources.js'
+import { countResources, keepLibrdmacmPd } from './resources.js'
 import { ACCEPTED, CLOSED, CodeChecks, RANGE, TYPE, int, nullishInt, obj, optFn, optInst, optInt, optObj, privateData, u64 } from './fuzz-codes.js'
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 20)
@@ -811,6 +811,7 @@ beforeAll(async () => {
   // librdmacm opens a context per device on first use and keeps it for the
   // life of the process (Device shares it): open one first so it is counted in `before`.
   testDevice().close()
+  await keepLibrdmacmPd(HOST)
   await collectGarbage()
   before = rdmaResources()
   trafficDevice = testDevice()
@@ -932,6 +933,7 @@ describe('fuzzing the public API', () => {
     closeTraffic()
     trafficDevice.close()
     await collectGarbage()
+    await keepLibrdmacmPd(HOST)
     // cm_ids of earlier files' connections may still be destroyed meanwhile: at most as many as before, none of this file's.
     const { cm_id: cmIds, ...after } = rdmaResources()
     const { cm_id: cmIdsBefore, ...rest } = before
