@@ -297,7 +297,7 @@ function finishData(settings: LinkSettings, data: Partial<DataQps>, rails: numbe
   const keep = rails * data.perRail!
   for (const qp of data.qps!.splice(keep)) qp.close()
   for (const cq of data.cqs!.splice(rails)) cq.close()
-  data.notices = new NoticeInbox(settings.pd, data.qps!)
+  data.notices = new NoticeInbox(data.qps!)
   data.grants = settings.windows ? new WindowGrants(settings.pd, data.qps!, data.perRail) : new KeyGrants()
   return data as DataQps
 }

@@ -163,7 +163,7 @@ export class NoticeInbox {
   #failure: Error | undefined
   #closed = false
 
-  constructor(pd: ProtectionDomain, readonly qps: readonly QueuePair[]) {
+  constructor(readonly qps: readonly QueuePair[]) {
     const counts = new Map<ProtectionDomain, number>()
     for (const qp of qps) counts.set(qp.pd, (counts.get(qp.pd) ?? 0) + 1)
     try {
