@@ -13,7 +13,7 @@ import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, oneOf, optionalInteger, typeError } from '../core/validate.js'
 import { Watchdog, type Bound } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
-import { deadlineBound, forfeit, renewedWord, servingWord, ticketOf, waitForTurn } from './ticket.js'
+import { deadlineBound, forfeit, HandoverTime, renewedWord, servingWord, ticketOf, waitForTurn, type TicketTable } from './ticket.js'
 
 /** 'spin': CAS with backoff, fastest uncontended, unfair under contention; 'fifo': tickets, granted in arrival order. */
 export type LockMode = 'spin' | 'fifo'
@@ -30,7 +30,7 @@ export interface RemoteLockTableOptions {
   leaseMs?: number
   /** What a waiter adds to the lease before it steals: covers clock-rate differences (default leaseMs / 2). */
   graceMs?: number
-  /** Cap of the exponential backoff between attempts (default 16 ms). */
+  /** Cap of the exponential backoff between attempts (default 16 ms); a FIFO waiter sleeps at most 8x this between polls. */
   maxBackoffMs?: number
   /**
    * 'spin' (default): the lock word is owner|epoch, taken by CAS with backoff.
@@ -78,6 +78,8 @@ export class RemoteLockTable {
   readonly #tokenSlices: RemoteSlice[] = []
   /** Watches the deadlines of every call in flight with one timer. */
   readonly #watchdog = new Watchdog()
+  /** FIFO: what the ticket waits need (ticket.ts), with the turn time this client measured. */
+  readonly #tickets: TicketTable
   /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
   #epoch = BigInt(randomInt(1, 2 ** 40))
 
@@ -100,6 +102,7 @@ export class RemoteLockTable {
     this.mode = oneOf(o.mode, 'options.mode', LOCK_MODES, 'spin')
     this.#locks = locks
     this.#tokens = tokens
+    this.#tickets = { qp, leaseMs: this.leaseMs, graceMs: this.graceMs, maxBackoffMs: this.maxBackoffMs, handover: new HandoverTime() }
   }
 
   /** The remote lock word of lock `lock`. */
@@ -210,15 +213,15 @@ export class RemoteLockTable {
         try {
           ticket = await bound.wait(take)
         } catch (error) {
-          forfeit(this, slot, take) // it may still have taken a ticket at the responder
+          forfeit(this.#tickets, slot, take) // it may still have taken a ticket at the responder
           throw error
         }
         let turn
         try {
-          turn = await waitForTurn(this, slot, ticket, first, postedAt, deadlineBound(bound, deadline),
+          turn = await waitForTurn(this.#tickets, slot, ticket, first, postedAt, deadlineBound(bound, deadline),
             (serving) => new RdmaError(`acquire of lock ${lock} timed out after ${timeoutMs} ms (${attempts} tickets; ticket ${ticket}, serving ${serving})`, { code: 'ERR_LOCK_TIMEOUT', verb: 'acquire' }))
         } catch (error) {
-          forfeit(this, slot, Promise.resolve(ticket))
+          forfeit(this.#tickets, slot, Promise.resolve(ticket))
           throw error
         }
         if (turn === 'skipped') continue // its turn came and went while it did not poll: queue again

@@ -33,6 +33,31 @@ export interface TicketTable {
   readonly leaseMs: number
   readonly graceMs: number
   readonly maxBackoffMs: number
+  /** How long the lock stays with one ticket, as this client has seen it. */
+  readonly handover: HandoverTime
+}
+
+/** Weight of each new sample in the running average. */
+const ALPHA = 0.3
+
+/**
+ * How long a turn lasts (from one ticket's grant to the next one's), a
+ * running average of what this client saw: the serving word moving on
+ * between its polls. A waiter sleeps most of the turns ahead of it
+ * instead of polling at a fixed rate: the one next in line polls near the
+ * end of the holder's turn, and the ones further back do not spend atomics
+ * (on rxe: the CPU the holder needs) on polls that cannot show their turn.
+ */
+export class HandoverTime {
+  /** Milliseconds per turn; 0 until something was seen. */
+  ms = 0
+
+  /** `turns` turns went by in `ms`. */
+  observe(ms: number, turns: number): void {
+    if (!(ms >= 0) || turns < 1) return
+    const sample = ms / turns
+    this.ms = this.ms === 0 ? sample : this.ms + ALPHA * (sample - this.ms)
+  }
 }
 
 /** The turn of a ticket: when its lease may start, and the word it took over when it moved a silent holder on. */
@@ -59,21 +84,29 @@ export interface TurnBound {
 export async function waitForTurn(t: TicketTable, slot: RemoteSlice, ticket: bigint, first: Promise<bigint>, postedAt: number,
   bound: TurnBound, onTimeout: (serving: bigint) => Error): Promise<Turn | 'skipped'> {
   let poll = first
-  let seen = -1n
+  let seen = -1n // the serving word as last seen, and since when (the lease rule)
   let seenSince = 0
+  let turn = -1n // the ticket served as last seen, and since when (the turn time)
+  let turnSince = 0
   let attempt = 0
   for (;;) {
     const word = await bound.wait(poll)
     const serving = ticketOf(word)
+    const now = performance.now()
+    if (serving !== turn) {
+      // The queue moved on by (serving - turn) turns since this waiter first saw the old one.
+      if (turn >= 0n && serving > turn) t.handover.observe(now - turnSince, Number(serving - turn))
+      turn = serving
+      turnSince = now
+      attempt = 0
+    }
     // The serving word reached the ticket after the last poll that showed less executed, so after that
     // poll was posted: a lease from then is never longer than the one other waiters count.
     if (serving === ticket) return { leaseStart: postedAt, stolenFrom: undefined }
     if (serving > ticket) return 'skipped'
-    const now = performance.now()
     if (word !== seen) {
       seen = word
       seenSince = now
-      attempt = 0 // the queue moved: poll sooner
     } else if (now - seenSince >= t.leaseMs + t.graceMs) {
       const movedAt = performance.now()
       const before = await bound.wait(t.qp.compareAndSwap(slot, word, servingWord(serving + 1n)))
@@ -82,13 +115,35 @@ export async function waitForTurn(t: TicketTable, slot: RemoteSlice, ticket: big
       poll = t.qp.fetchAndAdd(slot, 0n)
       continue
     }
-    // The next in line polls as the spin lock retries; the ones further back at the backoff's cap.
-    const delay = serving + 1n === ticket ? backoffMs(attempt++, t.maxBackoffMs) : t.maxBackoffMs
+    const delay = pollDelay(t, Number(ticket - serving), now - turnSince, attempt++)
     if (bound.passes(delay)) throw onTimeout(serving)
     await bound.wait(sleep(delay, bound.unrefSleeps))
     postedAt = performance.now()
     poll = t.qp.fetchAndAdd(slot, 0n)
   }
+}
+
+/** The share of the turns ahead a waiter sleeps before it polls (see pollDelay). */
+const EARLY = 0.75
+
+/**
+ * The sleep before the next poll of a waiter `ahead` tickets behind the one
+ * served, `since` ms after it saw that ticket's turn begin, at its
+ * `attempt`th poll of it. It sleeps three quarters of what should remain of
+ * the turns ahead, as measured: the poll lands before the estimated end, so
+ * an estimate that is too long shrinks (a waiter that slept all of it out
+ * would measure every turn at least that long, and the estimate could only
+ * grow). Next in line, it polls at least every eighth of a turn (or as the
+ * spin lock retries, once that is longer); further back, every quarter of
+ * a turn at most. Never longer than 8 x maxBackoffMs or a quarter of the
+ * lease (a silent holder is still moved on in time).
+ */
+export function pollDelay(t: TicketTable, ahead: number, since: number, attempt: number): number {
+  const turn = t.handover.ms
+  if (turn === 0) return ahead === 1 ? backoffMs(attempt, t.maxBackoffMs) : t.maxBackoffMs // nothing measured yet
+  const early = EARLY * (ahead * turn - since)
+  const least = ahead === 1 ? Math.max(turn / 8, backoffMs(attempt, t.maxBackoffMs)) : turn / 4
+  return Math.min(Math.max(early, least), 8 * t.maxBackoffMs, t.leaseMs / 4)
 }
 
 /** A bound made of the acquire's Bound and deadline. */

@@ -154,4 +154,38 @@ describe('RemoteLockTable, mode fifo (tickets)', () => {
     // Round robin: every client is within a round or two of the first. The spin lock leaves some near 0.
     expect(fewest).toBeGreaterThanOrEqual(30)
   }, 300_000)
+
+  it('waiters sleep out the turns ahead of them: a few polls per acquisition, not one every maxBackoffMs', async () => {
+    const { pair, remote } = await table()
+    try {
+      // The clients' QP, counting the serving-word polls (FETCH_ADD 0) they post.
+      let polls = 0
+      const qp = pair.a.qp
+      const counting = {
+        compareAndSwap: qp.compareAndSwap.bind(qp),
+        fetchAndAdd: (slice: Parameters<typeof qp.fetchAndAdd>[0], add: bigint) => {
+          if (add === 0n) polls++
+          return qp.fetchAndAdd(slice, add)
+        },
+      } as unknown as typeof qp
+      const CLIENTS = 3
+      const ROUNDS = 5
+      const HOLD_MS = 80
+      const client = async (owner: number) => {
+        const locks = new RemoteLockTable(counting, { locks: remote.slice(0, 16), tokens: remote.slice(16, 16), owner, leaseMs: 60_000, mode: 'fifo' })
+        for (let round = 0; round < ROUNDS; round++) {
+          const grant = await locks.acquire(0, { timeoutMs: 120_000 })
+          await new Promise((resolve) => setTimeout(resolve, HOLD_MS))
+          await locks.release(grant)
+        }
+      }
+      await Promise.all(Array.from({ length: CLIENTS }, (_, i) => client(i + 1)))
+      const perAcquisition = polls / (CLIENTS * ROUNDS)
+      // Each acquisition waits about two turns of >= 80 ms. Polling every maxBackoffMs (16 ms) with the
+      // spin's backoff when next in line, as the FIFO mode did before it measured turns, made ~15 each.
+      expect(perAcquisition).toBeLessThan(8)
+    } finally {
+      pair.close()
+    }
+  }, 120_000)
 })
