@@ -31,6 +31,8 @@ const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, '..')
 const M = 64 // locks in the table
 const SHARED = 0 // the contended lock (own locks: 1 + client index)
+/** Connection setup's bound: 8 Node processes starting at once in an emulated guest take many seconds. */
+const CONNECT_MS = 60_000
 const ACCESS = (Access) => Access.LocalWrite | Access.RemoteRead | Access.RemoteWrite | Access.RemoteAtomic
 
 /** The library's entry: ../dist, or the build --dist names (passed on to the client processes as LOCKS_BENCH_DIST). */
@@ -76,7 +78,10 @@ export async function main(argv) {
   const listener = await listen({ host, port: 0, pd })
   const served = []
   void (async () => {
-    for (let r; (r = await listener.accept());) served.push(await r.accept({ privateData: encodeDescriptors([table.describe()]) }))
+    // Each request accepted without waiting for the one before: 8 client processes start at once in a slow guest.
+    for (let r; (r = await listener.accept());) {
+      r.accept({ privateData: encodeDescriptors([table.describe()]), timeoutMs: CONNECT_MS }).then((c) => served.push(c), (error) => log(`accept failed: ${error.message}`))
+    }
   })()
   const port = listener.address.port
 
@@ -187,7 +192,7 @@ async function startClient(host, port, owner, poll, lockMode) {
 async function client([host, port, ownerText, poll, lockMode]) {
   const { Access, connect, decodeDescriptors, remoteRegion, RemoteLockTable } = await import(entry())
   const owner = Number(ownerText)
-  const conn = await connect({ host, port: Number(port), cqOptions: { pollMode: poll } })
+  const conn = await connect({ host, port: Number(port), cqOptions: { pollMode: poll }, timeoutMs: CONNECT_MS })
   const remote = remoteRegion(decodeDescriptors(conn.privateData)[0])
   const locks = new RemoteLockTable(conn.qp, { locks: remote.slice(0, 8 * M), tokens: remote.slice(8 * M, 8 * M), owner, leaseMs: 10_000, mode: lockMode })
   const local = conn.pd.allocRegion(8, ACCESS(Access))
