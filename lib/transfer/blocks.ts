@@ -198,23 +198,16 @@ export function stripe(cols: BlockColumns, qps: number, weights?: ArrayLike<numb
   const bounds = new Uint32Array(qps + 1)
   let total = 0
   for (let i = 0; i < cols.count; i++) total += cols.len[i]!
+  // The cumulative weight each run ends at (without weights: q + 1, as (total * q) / qps always was).
+  const ends = new Float64Array(qps)
+  let acc = 0
+  for (let q = 0; q < qps; q++) ends[q] = acc += weights ? weights[q]! : 1
   let q = 1
   let sum = 0
-  if (weights === undefined) {
-    for (let i = 0; i < cols.count && q < qps; i++) {
-      sum += cols.len[i]!
-      // Close run q-1 after the slice that takes it to its share of the bytes.
-      while (q < qps && sum >= (total * q) / qps) bounds[q++] = i + 1
-    }
-  } else {
-    // The cumulative weight each run ends at.
-    const ends = new Float64Array(qps)
-    let acc = 0
-    for (let w = 0; w < qps; w++) ends[w] = acc += weights[w]!
-    for (let i = 0; i < cols.count && q < qps; i++) {
-      sum += cols.len[i]!
-      while (q < qps && sum >= (total * ends[q - 1]!) / acc) bounds[q++] = i + 1
-    }
+  for (let i = 0; i < cols.count && q < qps; i++) {
+    sum += cols.len[i]!
+    // Close run q-1 after the slice that takes it to its share of the bytes.
+    while (q < qps && sum >= (total * ends[q - 1]!) / acc) bounds[q++] = i + 1
   }
   for (; q <= qps; q++) bounds[q] = cols.count
   return bounds

@@ -62,7 +62,13 @@ export function launch(launcher: Launcher, peer: Peer, link: Link, plan: Checked
       notice: notification?.hooks.notice,
       onBatchError: (error) => launcher.linkFailed(peer, link, error),
       railDone: launcher.railBytes,
-      rails: link.meter ? { link, count: link.meter.rails } : undefined,
+      railFailed: link.meter ? (rail, error) => link.railFailed(rail, error) : undefined,
+      resubmit: link.meter ? (r) => link.wakeUp(r) : undefined,
+      markers: notification?.hooks.notice && link.notices ? (count) => {
+        const seq = notification.hooks.notice!.seq
+        return Promise.all(Array.from({ length: count }, () => link.notices!.marker(seq))).then(() => undefined)
+      } : undefined,
+      measured: link.meter ? (bytes, ms) => { for (let r = 0; r < bytes.length; r++) link.meter!.record(r, bytes[r]!, ms[r]!) } : undefined,
       settled: (r, error, result) => {
         link.runs.delete(r)
         link.stalls.settled()

@@ -10,7 +10,7 @@ import { RdmaError } from '../core/errors.js'
 import type { CompletionQueue } from '../verbs/completion-queue.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
-import { QpPoster, type Lane, type PostSource } from './poster.js'
+import { QpPoster, type Lane } from './poster.js'
 import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
 import { KeyGrants, WindowGrants, type LinkGrants } from './grants.js'
@@ -22,7 +22,6 @@ import { NoticeSender } from './notice-sender.js'
 import type { AgentLinkSettings } from './transport.js'
 import { MAX_RAILS, RailMeter, railOf } from './rails.js'
 import { ConnectorGate, ListenerGate, Refusal, type ProofMessage } from './admission.js'
-import type { RailLink } from './failover.js'
 
 /** An RDMA link's settings: the agent's, plus the PD and the data QPs' ACK timeout. */
 export interface LinkSettings extends AgentLinkSettings {
@@ -45,7 +44,7 @@ const MESSAGE_BYTES = 3500
 /** Most data QPs a peer may ask for. */
 export const MAX_QPS = 16
 
-export class Link implements RailLink {
+export class Link {
   readonly posters: QpPoster[]
   /** Rails of this link (rails.ts): their measured rates and which are down; undefined with one rail. */
   meter: RailMeter | undefined
@@ -100,20 +99,8 @@ export class Link implements RailLink {
   }
 
   /** The lanes of the rails still up take `run`'s slices put back (a rail failed). */
-  wakeUp(run: PostSource): void {
+  wakeUp(run: TransferRun): void {
     for (const poster of this.posters) if (!this.meter?.isDown(poster.lane.rail)) poster.wake(run)
-  }
-
-  /** A run succeeded: the bytes each rail moved and the ms to its last completion teach the meter the rails' rates. */
-  railMeasured(bytes: Float64Array, ms: Float64Array): void {
-    for (let r = 0; r < bytes.length; r++) this.meter?.record(r, bytes[r]!, ms[r]!)
-  }
-
-  /** Posts `count` markers of notice `seq` alone (a notified write's failed lanes owe them). */
-  railMarkers(seq: number, count: number): Promise<void> {
-    const notices = this.notices
-    if (notices === undefined) return Promise.resolve()
-    return Promise.all(Array.from({ length: count }, () => notices.marker(seq))).then(() => undefined)
   }
 
   /** Resolves once every batch posted on this link before now has settled (a peer's withdrawal waits for it). */

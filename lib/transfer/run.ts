@@ -8,7 +8,7 @@ import type { Lane, PostedBatch, PostSource, QpPoster } from './poster.js'
 import type { SegmentMemory } from './segments.js'
 import type { RdmaErrorCode } from '../core/error-codes.js'
 import { LandedBlocks } from './landed.js'
-import { RunRails, type RailLink } from './failover.js'
+import { Resubmits } from './failover.js'
 import { codeOf, TransferError, type LandedReport } from './transfer-error.js'
 import type { OutgoingNotice } from './notice-sender.js'
 import type { StallWatch, Watched } from './stall-watch.js'
@@ -34,10 +34,20 @@ export interface RunHooks {
   notice?: OutgoingNotice
   /** A batch failed and its QP is in the error state: the link is broken. */
   onBatchError(error: Error): void
-  /** A batch of `bytes` completed on rail `rail` (stats()'s per-rail bytes). */
+  /** A batch of `bytes` completed on rail `rail` (rails.ts). */
   railDone(rail: number, bytes: number): void
-  /** The link, when it has several rails (`rails` of them): measured rates and failover (failover.ts). */
-  rails: { link: RailLink; count: number } | undefined
+  /** Several rails: at success, the bytes each rail moved and the ms from start to its last completion (the link's RailMeter). */
+  measured: ((bytes: readonly number[], ms: readonly number[]) => void) | undefined
+  /**
+   * Several rails: a batch on rail `rail` (> 0) failed with its QP in the
+   * error state. True: the rail is (now) down and the run's slices on it go
+   * to the others (railDown()); false: the link is broken (onBatchError).
+   */
+  railFailed: ((rail: number, error: Error) => boolean) | undefined
+  /** Slices of the run were put back to be posted again: the lanes still up take them (posters woken). */
+  resubmit: ((run: TransferRun) => void) | undefined
+  /** A notified write whose failed lanes owe their markers: posts `count` more markers of its notice after the data. */
+  markers: ((count: number) => Promise<void>) | undefined
   settled(run: TransferRun, error: Error | undefined, result: TransferResult | undefined): void
 }
 
@@ -76,8 +86,11 @@ export class TransferRun implements PostSource, Watched {
   #lastProgress = this.#started
   #signal: AbortSignal | undefined
   #onProgress: TransferProgressListener | undefined
-  /** Several rails: what each confirmed, and the slices to post again after one failed (failover.ts). */
-  readonly #rails: RunRails | undefined
+  /** Several rails: bytes completed on each, and the time of its last completion. */
+  readonly #railBytes: number[] = []
+  readonly #railLast: number[] = []
+  /** Several rails: slices to post again after a rail failed (failover.ts). */
+  readonly #redo: Resubmits | undefined
   /** The rail of the batch postNext() last refused (its slices go to #redo if that rail failed). */
   #refused: { from: number; to: number; rail: number } | undefined
   readonly #onAbort = (): void => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, this.#signal?.reason))
@@ -88,7 +101,7 @@ export class TransferRun implements PostSource, Watched {
     this.#cursor = plan.bounds.slice(0, plan.bounds.length - 1)
     this.#slicesLeft = plan.slices.count
     this.#landed = new LandedBlocks(plan.map)
-    if (hooks.rails) this.#rails = new RunRails(hooks.rails.link, plan.bounds.length - 1, hooks.rails.count)
+    if (hooks.railFailed) this.#redo = new Resubmits(plan.bounds.length - 1)
   }
 
   /** Settled, or failing once its batches in flight settle: post nothing more for it. */
@@ -136,18 +149,18 @@ export class TransferRun implements PostSource, Watched {
 
   hasMore(q: number): boolean {
     if (this.settled) return false
-    const rails = this.#rails
-    if (rails === undefined) return this.#cursor[q]! < this.#plan.bounds[q + 1]!
-    return !rails.isDown(q) && (this.#cursor[q]! < this.#plan.bounds[q + 1]! || rails.pending)
+    const redo = this.#redo
+    if (redo === undefined) return this.#cursor[q]! < this.#plan.bounds[q + 1]!
+    return !redo.isDown(q) && (this.#cursor[q]! < this.#plan.bounds[q + 1]! || redo.pending)
   }
 
   /** Rail failover: lanes first..last-1 are on a rail that failed; what they had not posted goes to the others. */
   railDown(first: number, last: number): void {
-    const rails = this.#rails
-    if (rails === undefined || this.#done) return
+    const redo = this.#redo
+    if (redo === undefined || this.#done) return
     for (let q = first; q < last; q++) {
-      rails.markDown(q)
-      rails.put(this.#cursor[q]!, this.#plan.bounds[q + 1]!)
+      redo.markDown(q)
+      redo.put(this.#cursor[q]!, this.#plan.bounds[q + 1]!)
       this.#cursor[q] = this.#plan.bounds[q + 1]!
     }
   }
@@ -157,13 +170,10 @@ export class TransferRun implements PostSource, Watched {
     let from = this.#cursor[q]!
     let to = Math.min(this.#plan.bounds[q + 1]!, from + max)
     const own = to > from
-    const rails = this.#rails
-    if (rails === undefined) {
-      if (own) this.#cursor[q] = to
-    } else if (rails.isDown(q)) to = from // its rail failed: nothing more on it
+    if (this.#redo?.isDown(q)) to = from // its rail failed: nothing more on it
     else if (own) this.#cursor[q] = to
     else {
-      const again = rails.take(max)
+      const again = this.#redo?.take(max)
       if (again) ({ from, to } = again)
     }
     if (to <= from) return { wrs: 0, bytes: 0, slots: 0, from, to: from, rail: lane.rail, q, done: Promise.resolve() }
@@ -213,7 +223,11 @@ export class TransferRun implements PostSource, Watched {
     this.#slicesLeft -= batch.wrs
     this.#lastProgress = performance.now()
     this.#hooks.railDone(batch.rail, batch.bytes)
-    this.#rails?.confirmed(batch.rail, batch.q, batch.bytes, batch.slots > batch.wrs, this.#lastProgress)
+    if (batch.slots > batch.wrs) this.#redo?.tailed(batch.q)
+    if (this.#hooks.measured) {
+      this.#railBytes[batch.rail] = (this.#railBytes[batch.rail] ?? 0) + batch.bytes
+      this.#railLast[batch.rail] = this.#lastProgress
+    }
     if (this.#onProgress) {
       try {
         this.#onProgress(this.#confirmed, this.#plan.bytes)
@@ -224,10 +238,9 @@ export class TransferRun implements PostSource, Watched {
     if (this.#pending) return this.#drained()
     if (this.#slicesLeft > 0) return
     // A notified write that lost a rail: the markers its failed lanes owe go now, after all the data.
-    const notice = this.#hooks.notice
-    const owed = notice && this.#rails ? this.#rails.owedMarkers(this.#plan.bounds) : 0
-    if (owed > 0) {
-      this.#rails!.link.railMarkers(notice!.seq, owed).then(() => this.#finish(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be completed after a rail failed')))
+    const owed = this.#hooks.notice && this.#redo?.anyDown ? this.#redo.owedMarkers(this.#plan.bounds) : 0
+    if (owed > 0 && this.#hooks.markers) {
+      this.#hooks.markers(owed).then(() => this.#finish(), (error: unknown) => this.fail(this.#failure(error, 'the notification could not be completed after a rail failed')))
       return
     }
     this.#finish()
@@ -246,11 +259,10 @@ export class TransferRun implements PostSource, Watched {
     this.#refused = undefined
     const failed = posted ? batch : refused
     // Another rail than rail 0 failed: its slices go to the rails still up (the run goes on).
-    const rails = this.#rails
-    if (linkBroken && failed && failed.rail > 0 && rails?.link.railFailed(failed.rail, error)) {
+    if (linkBroken && failed && failed.rail > 0 && this.#hooks.railFailed?.(failed.rail, error)) {
       if (posted) this.#inflight--
-      rails.put(failed.from, failed.to)
-      rails.link.wakeUp(this)
+      this.#redo!.put(failed.from, failed.to)
+      this.#hooks.resubmit?.(this)
       if (this.#pending) this.#drained()
       return
     }
@@ -295,7 +307,11 @@ export class TransferRun implements PostSource, Watched {
 
   #succeed(): void {
     const p = this.#plan
-    this.#rails?.measure(this.#started)
+    if (this.#hooks.measured) {
+      const ms: number[] = []
+      for (let r = 0; r < this.#railBytes.length; r++) ms[r] = (this.#railLast[r] ?? this.#started) - this.#started
+      this.#hooks.measured(this.#railBytes.map((b) => b ?? 0), ms)
+    }
     this.#settle(undefined, { bytes: p.bytes, blocks: p.blocks, workRequests: p.slices.count, qps: p.qps, ms: performance.now() - this.#started })
   }
 

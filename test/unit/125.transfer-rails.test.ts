@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { TransferAgent } from '../../dist/index.js'
 import { RailMeter, railDevices } from '../../lib/transfer/rails.js'
 import { emptyColumns, stripe } from '../../lib/transfer/blocks.js'
-import { RunRails, type RailLink } from '../../lib/transfer/failover.js'
+import { Resubmits } from '../../lib/transfer/failover.js'
 
 const TYPE = { code: 'ERR_INVALID_ARG_TYPE' }
 const VALUE = { code: 'ERR_INVALID_ARG_VALUE' }
@@ -83,15 +83,9 @@ describe('stripe() with weights', () => {
   })
 })
 
-/** A link that records what a run tells it. */
-function recordingLink(): RailLink & { measured: number[][] } {
-  const measured: number[][] = []
-  return { measured, railFailed: () => true, wakeUp: () => undefined, railMeasured: (bytes, ms) => { measured.push([...bytes], [...ms]) }, railMarkers: async () => undefined }
-}
-
-describe('RunRails: a failed rail\'s slices, posted again; what each rail moved', () => {
+describe('Resubmits: a failed rail\'s slices, posted again', () => {
   it('hands ranges out in batches of at most max, each slice once', () => {
-    const redo = new RunRails(recordingLink(), 4, 2)
+    const redo = new Resubmits(4)
     redo.put(10, 15)
     redo.put(20, 20) // empty: nothing
     redo.put(30, 33)
@@ -105,25 +99,14 @@ describe('RunRails: a failed rail\'s slices, posted again; what each rail moved'
   })
 
   it('owes the markers of used lanes whose last batch was not confirmed', () => {
-    const redo = new RunRails(recordingLink(), 4, 2)
+    const redo = new Resubmits(4)
     const bounds = Uint32Array.from([0, 5, 5, 9, 12]) // lane 1 unused
-    expect(redo.owedMarkers(bounds)).toBe(0) // no rail down: nothing owed
-    redo.confirmed(0, 0, 4096, true, 1)
+    redo.tailed(0)
     redo.markDown(2)
     redo.markDown(3)
     expect(redo.anyDown).toBe(true)
     expect(redo.owedMarkers(bounds)).toBe(2)
-    redo.confirmed(1, 3, 4096, true, 2)
+    redo.tailed(3)
     expect(redo.owedMarkers(bounds)).toBe(1)
-  })
-
-  it('tells the link the bytes each rail confirmed and the ms to its last completion', () => {
-    const link = recordingLink()
-    const rails = new RunRails(link, 4, 2)
-    rails.confirmed(0, 0, 1000, false, 105)
-    rails.confirmed(1, 2, 3000, false, 120)
-    rails.confirmed(0, 1, 500, true, 130)
-    rails.measure(100)
-    expect(link.measured).toEqual([[1500, 3000], [30, 20]])
   })
 })
