@@ -13,7 +13,7 @@ import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, oneOf, optionalInteger, typeError } from '../core/validate.js'
 import { Watchdog, type Bound } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
-import { deadlineBound, forfeit, HandoverTime, renewedWord, servingWord, ticketOf, waitForTurn, type TicketTable } from './ticket.js'
+import { deadlineBound, forfeit, HoldTime, renewedWord, servingWord, ticketOf, waitForTurn, type TicketTable } from './ticket.js'
 
 /** 'spin': CAS with backoff, fastest uncontended, unfair under contention; 'fifo': tickets, granted in arrival order. */
 export type LockMode = 'spin' | 'fifo'
@@ -78,7 +78,7 @@ export class RemoteLockTable {
   readonly #tokenSlices: RemoteSlice[] = []
   /** Watches the deadlines of every call in flight with one timer. */
   readonly #watchdog = new Watchdog()
-  /** FIFO: what the ticket waits need (ticket.ts), with the turn time this client measured. */
+  /** FIFO: what the ticket waits need (ticket.ts), with how long this client holds the lock. */
   readonly #tickets: TicketTable
   /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
   #epoch = BigInt(randomInt(1, 2 ** 40))
@@ -102,7 +102,7 @@ export class RemoteLockTable {
     this.mode = oneOf(o.mode, 'options.mode', LOCK_MODES, 'spin')
     this.#locks = locks
     this.#tokens = tokens
-    this.#tickets = { qp, leaseMs: this.leaseMs, graceMs: this.graceMs, maxBackoffMs: this.maxBackoffMs, handover: new HandoverTime() }
+    this.#tickets = { qp, leaseMs: this.leaseMs, graceMs: this.graceMs, maxBackoffMs: this.maxBackoffMs, hold: new HoldTime() }
   }
 
   /** The remote lock word of lock `lock`. */
@@ -244,7 +244,11 @@ export class RemoteLockTable {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
     const wait = waitFor(options) // before the CAS is posted: a refused call changes nothing
-    const freed = this.mode === 'fifo' ? servingWord(ticketOf(grant.word) + 1n) : FREE
+    let freed = FREE
+    if (this.mode === 'fifo') {
+      freed = servingWord(ticketOf(grant.word) + 1n)
+      this.#tickets.hold.observe(performance.now() - (grant.leaseEndsAt - this.leaseMs)) // since the turn's poll (or the last renew)
+    }
     const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, freed))
     if (before !== grant.word) throw lost(grant, before, 'release', this.mode)
   }

@@ -33,30 +33,31 @@ export interface TicketTable {
   readonly leaseMs: number
   readonly graceMs: number
   readonly maxBackoffMs: number
-  /** How long the lock stays with one ticket, as this client has seen it. */
-  readonly handover: HandoverTime
+  /** How long this client holds the lock: the length of a turn that waiters plan their polls by. */
+  readonly hold: HoldTime
 }
 
 /** Weight of each new sample in the running average. */
 const ALPHA = 0.3
 
 /**
- * How long a turn lasts (from one ticket's grant to the next one's), a
- * running average of what this client saw: the serving word moving on
- * between its polls. A waiter sleeps most of the turns ahead of it
- * instead of polling at a fixed rate: the one next in line polls near the
- * end of the holder's turn, and the ones further back do not spend atomics
- * (on rxe: the CPU the holder needs) on polls that cannot show their turn.
+ * How long this client holds the lock, a running average of its holds (from
+ * the turn's poll to release()): what a waiter takes a turn to last. A
+ * waiter sleeps most of the turns ahead of it instead of polling at a fixed
+ * rate: the one next in line polls near the end of the holder's turn, and
+ * the ones further back do not spend atomics (on rxe: the CPU the holder
+ * needs) on polls that cannot show their turn. Holds, not the gaps a waiter
+ * sees between serving words: those include the waiter's own sleep and
+ * wake-up, and an estimate made of them grows with every late poll.
  */
-export class HandoverTime {
-  /** Milliseconds per turn; 0 until something was seen. */
+export class HoldTime {
+  /** Milliseconds per hold; 0 until this client held the lock. */
   ms = 0
 
-  /** `turns` turns went by in `ms`. */
-  observe(ms: number, turns: number): void {
-    if (!(ms >= 0) || turns < 1) return
-    const sample = ms / turns
-    this.ms = this.ms === 0 ? sample : this.ms + ALPHA * (sample - this.ms)
+  /** A hold of `ms`. */
+  observe(ms: number): void {
+    if (!(ms >= 0)) return
+    this.ms = this.ms === 0 ? ms : this.ms + ALPHA * (ms - this.ms)
   }
 }
 
@@ -86,7 +87,7 @@ export async function waitForTurn(t: TicketTable, slot: RemoteSlice, ticket: big
   let poll = first
   let seen = -1n // the serving word as last seen, and since when (the lease rule)
   let seenSince = 0
-  let turn = -1n // the ticket served as last seen, and since when (the turn time)
+  let turn = -1n // the ticket served as last seen, and since when
   let turnSince = 0
   let attempt = 0
   for (;;) {
@@ -94,8 +95,6 @@ export async function waitForTurn(t: TicketTable, slot: RemoteSlice, ticket: big
     const serving = ticketOf(word)
     const now = performance.now()
     if (serving !== turn) {
-      // The queue moved on by (serving - turn) turns since this waiter first saw the old one.
-      if (turn >= 0n && serving > turn) t.handover.observe(now - turnSince, Number(serving - turn))
       turn = serving
       turnSince = now
       attempt = 0
@@ -129,18 +128,18 @@ const EARLY = 0.75
 /**
  * The sleep before the next poll of a waiter `ahead` tickets behind the one
  * served, `since` ms after it saw that ticket's turn begin, at its
- * `attempt`th poll of it. It sleeps three quarters of what should remain of
- * the turns ahead, as measured: the poll lands before the estimated end, so
- * an estimate that is too long shrinks (a waiter that slept all of it out
- * would measure every turn at least that long, and the estimate could only
- * grow). Next in line, it polls at least every eighth of a turn (or as the
- * spin lock retries, once that is longer); further back, every quarter of
- * a turn at most. Never longer than 8 x maxBackoffMs or a quarter of the
- * lease (a silent holder is still moved on in time).
+ * `attempt`th poll of it, turns taken to last as long as this client's own
+ * holds: three quarters of what should remain of the turns ahead (the poll
+ * lands before their estimated end). Next in line, it polls at least every
+ * eighth of a turn (or as the spin lock retries, once that is longer);
+ * further back, every quarter of a turn at most. Never longer than
+ * 8 x maxBackoffMs or a quarter of the lease (a silent holder is still moved
+ * on in time). A client that has not held the lock yet polls as the spin
+ * lock retries when next in line, else every maxBackoffMs.
  */
 export function pollDelay(t: TicketTable, ahead: number, since: number, attempt: number): number {
-  const turn = t.handover.ms
-  if (turn === 0) return ahead === 1 ? backoffMs(attempt, t.maxBackoffMs) : t.maxBackoffMs // nothing measured yet
+  const turn = t.hold.ms
+  if (turn === 0) return ahead === 1 ? backoffMs(attempt, t.maxBackoffMs) : t.maxBackoffMs
   const early = EARLY * (ahead * turn - since)
   const least = ahead === 1 ? Math.max(turn / 8, backoffMs(attempt, t.maxBackoffMs)) : turn / 4
   return Math.min(Math.max(early, least), 8 * t.maxBackoffMs, t.leaseMs / 4)
