@@ -4,6 +4,12 @@
 // the counts do not depend on the host's load or the guest's slow clock.
 //
 //   npm run bench -- icount [--n 4000] [--warm-s 4] [--only read,poll] [--profile] [--no-references] [--variants DIR,...]
+//   npm run bench -- icount --cold --only 'await qp.read() (event CQ),tagged read: ,engine: await write()' [--variants ...]
+//
+// --cold: each path of --only in a fresh Node process of its own: its
+// operations 1-10, 11-100 and 101-1000 counted as they come, then warmed up
+// and counted as usual ([warm]): what a process that starts, moves a batch
+// and exits pays.
 //
 // --variants: also counts other versions of the library in the same boot,
 // each a directory made by `bash bench/icount/snapshot.sh NAME` (its lib
@@ -190,12 +196,17 @@ async function guest(argv) {
   const pathArgs = [...(profile ? ['--perf-basic-prof'] : []), join(src, 'node-paths.mjs'), join(build, 'marker.node'), '--n', String(n), '--warm-s', option(argv, '--warm-s', '4'),
     ...(only ? ['--only', only] : []), ...(profile ? ['--maps'] : [])]
   const variants = option(argv, '--variants', '').split(',').filter(Boolean)
-  if (variants.length === 0) await forward(process.execPath, pathArgs) // with variants, only those (snapshot the working tree too)
-  for (const dir of variants) {
-    const variant = resolve(root, dir)
-    const addon = join(variant, 'node_ibverbs.node')
-    await forward(process.execPath, [...pathArgs, '--dist', join(variant, 'dist'), '--tag', basename(variant)], undefined,
-      existsSync(addon) ? { ...process.env, NODE_IBVERBS_ADDON: addon } : process.env)
+  // --cold: one process per path (each path's first operations are its own).
+  const runs = argv.includes('--cold') ? (only ?? '').split(',').filter(Boolean).map((label) => [...pathArgs.filter((a, i) => a !== '--only' && pathArgs[i - 1] !== '--only'), '--only', label, '--cold'])
+    : [pathArgs]
+  for (const args of runs) {
+    if (variants.length === 0) await forward(process.execPath, args) // with variants, only those (snapshot the working tree too)
+    for (const dir of variants) {
+      const variant = resolve(root, dir)
+      const addon = join(variant, 'node_ibverbs.node')
+      await forward(process.execPath, [...args, '--dist', join(variant, 'dist'), '--tag', basename(variant)], undefined,
+        existsSync(addon) ? { ...process.env, NODE_IBVERBS_ADDON: addon } : process.env)
+    }
   }
   if (references) await forward(join(build, 'verbs-loop'), [device, String(gidIndex), String(n)], (line) => {
     const m = /^verbs-loop (\w+) (\d+) ([\d.]+)/.exec(line)

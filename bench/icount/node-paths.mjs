@@ -3,7 +3,11 @@
 // Prints one line per region, in order: `@icount {"label", "n", "us", ...}`
 // (µs per operation: the N operations timed as a whole; under the plugin the
 // guest runs slower, so only ratios mean something).
-//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--warm-s 4] [--only label,...] [--dist DIR --tag NAME]
+//   node bench/icount/node-paths.mjs MARKER_NODE [--n 4000] [--warm-s 4] [--only label,...] [--dist DIR --tag NAME] [--cold]
+// --cold: a fresh process's first operations instead: each path's operations
+// 1-10, 11-100 and 101-1000 counted as they come (no warm-up before), then
+// the same path warmed up as usual (run one path per process: icount.mjs
+// --cold does).
 // --dist: another build of the library (a directory holding index.js; its
 // addon named by NODE_IBVERBS_ADDON), so that several versions are counted in
 // one boot; --tag prefixes their labels.
@@ -21,6 +25,7 @@ const warmMs = Number(opt('--warm-s', 4)) * 1000
 const only = opt('--only', undefined)?.split(',')
 const dist = opt('--dist', undefined)
 const tag = opt('--tag', undefined)
+const cold = args.includes('--cold')
 const lib = (file) => dist ? pathToFileURL(resolve(dist, file)).href : `../../dist/${file}`
 const { openDevice, TransferAgent } = await import(lib('index.js'))
 /** The first of `files` the build has: a variant may predate lib/'s folders (2026-12-03). */
@@ -195,6 +200,19 @@ for (const path of paths()) {
   const per = path.per ?? 1
   const n = Math.max(50, Math.round((N * (path.scale ?? 1)) / per)) // cheap paths run longer: a region's fixed noise is spread thinner
   const run = loopFor(path)
+  const name = tag ? `[${tag}] ${path.label}` : path.label
+  if (cold) {
+    // The first operations of this process, as they come: the interpreter, then V8's tiers catching up.
+    for (const [from, to] of [[1, 10], [11, 100], [101, 1000]]) {
+      const count = to - from + 1
+      const t0 = performance.now()
+      mark(1)
+      await run(count)
+      mark(2)
+      const us = ((performance.now() - t0) * 1000) / count
+      console.log('@icount ' + JSON.stringify({ label: `${name} [cold: ops ${from}-${to}]`, n: count * per, us }))
+    }
+  }
   // Warm-up: V8 optimizes the path before it is counted. By operations, then by time: its
   // optimizing compiler runs on a background thread, slow in the guest, and the plugin counts
   // every vCPU, so a compile that lands in a counted region is counted as the path's.
@@ -211,7 +229,7 @@ for (const path of paths()) {
     const us = ((performance.now() - t0) * 1000) / (n * per)
     const after = path.stats?.()
     const extra = before && after ? { polls: (after.polls - before.polls) / n } : {}
-    console.log('@icount ' + JSON.stringify({ label: tag ? `[${tag}] ${path.label}` : path.label, n: n * per, us, ...extra }))
+    console.log('@icount ' + JSON.stringify({ label: cold ? `${name} [warm]` : name, n: n * per, us, ...extra }))
   }
 }
 engine?.close()
