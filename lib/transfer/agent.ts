@@ -33,9 +33,6 @@ import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
 import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
 
-/** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
-const RAIL_RETRY_MS = 5000
-
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
   on<E extends keyof TransferAgentEvents>(event: E, listener: (...args: TransferAgentEvents[E]) => void): this
@@ -60,6 +57,8 @@ export class TransferAgent extends EventEmitter {
   readonly #handshakeMs: number
   readonly #transferMs: number | undefined
   readonly #stallMs: number
+  /** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
+  readonly #railRetryMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
@@ -90,6 +89,7 @@ export class TransferAgent extends EventEmitter {
     this.#transferMs = settings.transferMs
     this.#stallMs = settings.stallMs
     this.#handshakeMs = settings.handshakeMs
+    this.#railRetryMs = settings.railRetryMs
     const links = {
       agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode, admission: settings.admission,
       table: async (peerName: string, grants: LinkGrants) => {
@@ -453,7 +453,7 @@ export class TransferAgent extends EventEmitter {
     const link = peer.link
     if (!link?.healthy) return undefined
     // A rail failed on it a while ago and nothing runs on it: made anew (every rail again), if this side can dial the peer.
-    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= RAIL_RETRY_MS && (peer.address || peer.byName)) {
+    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= this.#railRetryMs && (peer.address || peer.byName)) {
       this.#releases.linkGone(link)
       link.fail(new RdmaError('The link is made anew to retry a rail that failed', { code: 'ECONNRESET' }))
       return undefined
