@@ -31,6 +31,7 @@ import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
+import { dialAddresses } from './dial.js'
 import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
@@ -135,7 +136,7 @@ export class TransferAgent extends EventEmitter {
     return EtcdRegistry.open(settings, {
       name: this.name,
       incarnation: this.id,
-      addresses: () => [{ host: this.host, port: this.port, device: this.device?.name ?? 'tcp' }],
+      addresses: () => this.#transport.addresses(),
       segmentsVersion: () => this.#table.version,
     }, {
       joined: (record) => { if (!this.#closed) this.emit('peerJoined', record) },
@@ -333,11 +334,13 @@ export class TransferAgent extends EventEmitter {
     return bounded(connecting, 'connect', wait)
   }
 
-  /** A link to the incarnation `record` names, at its (first) address. */
+  /**
+   * A link to the incarnation `record` names: its addresses (one per rail) dialed in order, each within an
+   * equal share of what is left of the bound, the next one when one does not answer (dialAddresses()).
+   */
   #dial(record: PeerRecord, wait: WaitOptions): Promise<Link> {
-    const address = record.addresses[0]
-    if (!address) throw new RdmaError(`The record of '${record.name}' has no address`, { code: 'ERR_METADATA_RECORD' })
-    return this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal, record.incarnation)
+    return dialAddresses(record, wait.timeoutMs ?? this.#handshakeMs, (address, timeoutMs) =>
+      this.#transport.connect(address.host, address.port, timeoutMs, wait.signal, record.incarnation))
   }
 
   /** A peer left the cluster: the links to that incarnation fail now (not after RC retries), then listeners hear it. */

@@ -93,10 +93,12 @@ describe('stripe() with weights', () => {
     expect([...stripe(slices(8, 10), 4, [1, 1, 1, 1])]).toEqual([0, 2, 4, 6, 8])
   })
 
-  it('bytes in proportion to the weights; a weight of 0 gives an empty run; run 0 always holds the first slice', () => {
+  it('bytes in proportion to the weights; a weight of 0 gives an empty run, the first ones included (rail 0 down)', () => {
     expect([...stripe(slices(12, 10), 2, [2, 1])]).toEqual([0, 8, 12])
     expect([...stripe(slices(12, 10), 4, [0.25, 0.25, 0, 0.5])]).toEqual([0, 3, 6, 6, 12])
-    expect([...stripe(slices(4, 10), 2, [0, 1])]).toEqual([0, 1, 4])
+    expect([...stripe(slices(4, 10), 2, [0, 1])]).toEqual([0, 0, 4])
+    expect([...stripe(slices(1, 10), 4, [0, 0, 0.5, 0.5])]).toEqual([0, 0, 0, 1, 1])
+    expect([...stripe(slices(8, 10), 4, [0, 0, 0.5, 0.5])]).toEqual([0, 0, 0, 4, 8])
   })
 })
 
