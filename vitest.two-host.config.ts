@@ -24,7 +24,7 @@ const all = process.env.NODE_IBVERBS_TWO_HOST === 'all'
 
 export default defineConfig({
   test: {
-    include: all ? ['test/two-host/**/*.test.ts'] : ['test/two-host/10.*.test.ts', 'test/two-host/20.*.test.ts', 'test/two-host/30.*.test.ts', 'test/two-host/40.*.test.ts', 'test/two-host/50.*.test.ts', 'test/two-host/60.*.test.ts'],
+    include: all ? ['test/two-host/**/*.test.ts'] : ['test/two-host/10.*.test.ts', 'test/two-host/20.*.test.ts', 'test/two-host/30.*.test.ts', 'test/two-host/40.*.test.ts', 'test/two-host/50.*.test.ts', 'test/two-host/60.*.test.ts', 'test/two-host/61.*.test.ts'],
     pool: 'forks',
     poolOptions: { forks: { singleFork: true } },
     sequence: { sequencer: ByName },

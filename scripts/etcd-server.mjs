@@ -7,6 +7,7 @@
 //
 //   import { startEtcd } from '../../scripts/etcd-server.mjs'
 //   const etcd = await startEtcd()      // etcd.endpoint: 'http://127.0.0.1:<port>'
+//   await startEtcd({ host: '198.19.0.1', clientPort: 7491, peerPort: 7492 })  // reachable from another guest
 //   await etcd.kill()                   // SIGKILL, like a crash
 //   await etcd.start({ fresh: true })   // again on the same ports (fresh: an empty data dir)
 //   await etcd.stop()                   // killed, data dir removed
@@ -57,9 +58,9 @@ function freePort() {
   })
 }
 
-function healthy(port) {
+function healthy(port, host = '127.0.0.1') {
   return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: '/health', timeout: 1000 }, (res) => {
+    const req = request({ host, port, path: '/health', timeout: 1000 }, (res) => {
       let body = ''
       res.on('data', (chunk) => { body += chunk })
       res.on('end', () => resolve(body.includes('"health":"true"')))
@@ -71,14 +72,15 @@ function healthy(port) {
 }
 
 export class EtcdServer {
-  /** @param {{ bin: string, clientPort: number, peerPort: number, dataDir: string, timeoutMs: number }} o */
+  /** @param {{ bin: string, host?: string, clientPort: number, peerPort: number, dataDir: string, timeoutMs: number }} o */
   constructor(o) {
     this.bin = o.bin
+    this.host = o.host ?? '127.0.0.1'
     this.clientPort = o.clientPort
     this.peerPort = o.peerPort
     this.dataDir = o.dataDir
     this.timeoutMs = o.timeoutMs
-    this.endpoint = `http://127.0.0.1:${o.clientPort}`
+    this.endpoint = `http://${this.host}:${o.clientPort}`
     /** @type {import('node:child_process').ChildProcess | undefined} */
     this.process = undefined
     this.log = ''
@@ -94,7 +96,7 @@ export class EtcdServer {
       rmSync(this.dataDir, { recursive: true, force: true })
       mkdirSync(this.dataDir, { recursive: true })
     }
-    const peer = `http://127.0.0.1:${this.peerPort}`
+    const peer = `http://${this.host}:${this.peerPort}`
     const child = spawn(this.bin, [
       '--name', 'n0', '--data-dir', this.dataDir,
       '--listen-client-urls', this.endpoint, '--advertise-client-urls', this.endpoint,
@@ -109,7 +111,7 @@ export class EtcdServer {
       this.log = (this.log + chunk).slice(-8192)
     })
     const deadline = Date.now() + this.timeoutMs
-    while (!(await healthy(this.clientPort))) {
+    while (!(await healthy(this.clientPort, this.host))) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`etcd exited (${child.exitCode ?? child.signalCode}) before it was healthy:\n${this.log}`)
       if (Date.now() > deadline) {
         await this.kill()
@@ -160,8 +162,11 @@ export class EtcdServer {
 
 /**
  * Starts a one-member etcd on free ports of 127.0.0.1 with a data dir on a
- * tmpfs, and waits until it answers /health (within timeoutMs).
- * @param {{ bin?: string, timeoutMs?: number }} [options]
+ * tmpfs, and waits until it answers /health (within timeoutMs). `host`: an
+ * address of this machine to serve on instead (another guest's agents can
+ * reach it); `clientPort`, `peerPort`: fixed ports instead of free ones (the
+ * other guest must know them).
+ * @param {{ bin?: string, timeoutMs?: number, host?: string, clientPort?: number, peerPort?: number }} [options]
  * @returns {Promise<EtcdServer>}
  */
 export async function startEtcd(options = {}) {
@@ -178,13 +183,13 @@ export async function startEtcd(options = {}) {
   }
   let lastError
   for (let attempt = 0; attempt < 3; attempt++) { // a port taken between freePort() and etcd's bind: other ports
-    const server = new EtcdServer({ bin, clientPort: await freePort(), peerPort: await freePort(), dataDir: tmpfsDir(), timeoutMs: options.timeoutMs ?? 60_000 })
+    const server = new EtcdServer({ bin, host: options.host, clientPort: options.clientPort ?? await freePort(), peerPort: options.peerPort ?? await freePort(), dataDir: tmpfsDir(), timeoutMs: options.timeoutMs ?? 60_000 })
     try {
       return await server.start()
     } catch (error) {
       lastError = error
       await server.stop()
-      if (!/address already in use/.test(server.log)) break
+      if (!/address already in use/.test(server.log) || options.clientPort !== undefined) break
     }
   }
   throw lastError

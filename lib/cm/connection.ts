@@ -52,11 +52,7 @@ export class Connection extends EventEmitter {
     this.#owned = []
     const deviceName = id.native.deviceName()
     if (deviceName === null) throw new RdmaError('rdma_cm found no RDMA device for this address', { code: 'ENODEV' })
-    let pd = setup.pd ?? fallbackPd
-    if (pd !== undefined) {
-      instance(pd, 'pd', ProtectionDomain)
-      if (pd.device.name !== deviceName) throw new RdmaError(`The connection runs on ${deviceName} but the PD belongs to ${pd.device.name}`, { code: 'ERR_WRONG_DEVICE' })
-    }
+    let pd = pdFor(setup.pd ?? fallbackPd, deviceName)
     const caps = qpCaps(setup.qp)
     // What this constructor opened is closed again if a later step throws (the caller closes only the id).
     try {
@@ -186,6 +182,21 @@ export class Connection extends EventEmitter {
   }
 
   [Symbol.dispose](): void { this.close() }
+}
+
+/** The PD given (or, of several, the one of `deviceName`), checked to belong to the device the connection runs on. */
+function pdFor(given: ProtectionDomain | readonly ProtectionDomain[] | undefined, deviceName: string): ProtectionDomain | undefined {
+  if (given === undefined) return undefined
+  if (Array.isArray(given)) {
+    if (given.length === 0) throw typeError('a ProtectionDomain or a non-empty list of them', 'pd', given)
+    const pds = given.map((pd: unknown, i) => instance(pd, `pd[${i}]`, ProtectionDomain))
+    const pd = pds.find((p) => p.device.name === deviceName)
+    if (!pd) throw new RdmaError(`The connection runs on ${deviceName} but none of the PDs belongs to it (${pds.map((p) => p.device.name).join(', ')})`, { code: 'ERR_WRONG_DEVICE' })
+    return pd
+  }
+  const pd = instance(given, 'pd', ProtectionDomain)
+  if (pd.device.name !== deviceName) throw new RdmaError(`The connection runs on ${deviceName} but the PD belongs to ${pd.device.name}`, { code: 'ERR_WRONG_DEVICE' })
+  return pd
 }
 
 export function connParams(setup: ConnectionSetup, device: Device): [number, number] {

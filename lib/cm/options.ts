@@ -10,8 +10,12 @@ export interface QpCaps { maxSendWr?: number; maxRecvWr?: number; maxSendSge?: n
 
 /** Resources of a connection. Without `pd`, the connection opens its device and PD itself (and closes them). */
 export interface ConnectionSetup {
-  /** Protection domain (of the device that serves the address) whose memory the connection will use. */
-  pd?: ProtectionDomain
+  /**
+   * Protection domain (of the device that serves the address) whose memory the connection will use.
+   * Several (one per device, e.g. an agent's rails): the one of the device the address resolved to
+   * (ERR_WRONG_DEVICE if none is); `connection.pd` says which.
+   */
+  pd?: ProtectionDomain | readonly ProtectionDomain[]
   /** A completion queue to share; default: one of the connection's own. */
   cq?: CompletionQueue
   cqOptions?: CompletionQueueOptions

@@ -33,7 +33,7 @@ export const LIBRARY_ERROR_CODES = [
   // the warning (process.emitWarning) of transport 'auto' running over TCP: not an error, listed as the codes are
   'NODE_IBVERBS_TCP_FALLBACK',
   // the transfer engine's cluster metadata (lib/transfer/metadata/)
-  'ERR_PEER_UNKNOWN', 'ERR_STALE_PEER', 'ERR_METADATA', 'ERR_METADATA_UNAVAILABLE', 'ERR_METADATA_RECORD', 'ERR_NAME_TAKEN',
+  'ERR_PEER_UNKNOWN', 'ERR_STALE_PEER', 'ERR_METADATA', 'ERR_METADATA_UNAVAILABLE', 'ERR_METADATA_RECORD', 'ERR_NAME_TAKEN', 'ERR_PEER_UNREACHABLE',
   // bytes that arrived other than sent (the doctor's loopback check)
   'ERR_DATA_MISMATCH',
   // the lock table

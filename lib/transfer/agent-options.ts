@@ -82,6 +82,13 @@ export interface TransferAgentOptions {
    * bound ends a dead one).
    */
   transferTimeoutMs?: number
+  /**
+   * RDMA with several rails (`devices`): how long after a rail failed on a
+   * link the next transfer to that peer (none running) makes the link anew,
+   * with every rail, to try the failed one again (0..2^31 ms, default 5000;
+   * 0: at the next transfer). See docs/transfer.md, "Several rails".
+   */
+  railRetryMs?: number
   /** A transfer that gives no stallTimeoutMs fails with ERR_STALLED after this long without a completion (default 10000 ms). */
   stallTimeoutMs?: number
 }

@@ -10,7 +10,7 @@ import { TRANSPORT_OPTIONS, type TransportKind } from './transport.js'
 import { admissionSettings, type Admission } from './admission.js'
 import { railDevices } from './rails.js'
 
-export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000 }
+export const DEFAULTS = { qpsPerPeer: 2, sliceBytes: 64 << 10, queueDepth: 128, batchWrs: 16, ackTimeout: 14, handshakeTimeoutMs: 10_000, stallTimeoutMs: 10_000, railRetryMs: 5000 }
 
 /** The device that has `host` among its GIDs (RoCE), else the first active one. */
 export function deviceFor(host: string, name: string | undefined): Device {
@@ -76,6 +76,8 @@ export interface AgentSettings {
   transferMs: number | undefined
   stallMs: number
   handshakeMs: number
+  /** How long after a rail failed on a link the link is made anew to retry it (rails.ts). */
+  railRetryMs: number
   queueDepth: number
   batchWrs: number
   ackTimeout: number
@@ -92,6 +94,7 @@ export function agentSettings(options: TransferAgentOptions, device: Device | un
     transferMs: options.transferTimeoutMs === undefined ? undefined : integer(options.transferTimeoutMs, 'options.transferTimeoutMs', 1, 2 ** 31),
     stallMs: integer(options.stallTimeoutMs ?? DEFAULTS.stallTimeoutMs, 'options.stallTimeoutMs', 1, 2 ** 31),
     handshakeMs: integer(options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs, 'options.handshakeTimeoutMs', 1, 2 ** 31),
+    railRetryMs: integer(options.railRetryMs ?? DEFAULTS.railRetryMs, 'options.railRetryMs', 0, 2 ** 31),
     queueDepth: integer(options.queueDepth ?? DEFAULTS.queueDepth, 'options.queueDepth', 1, 1 << 15),
     batchWrs: integer(options.batchWrs ?? DEFAULTS.batchWrs, 'options.batchWrs', 1, 1 << 15),
     ackTimeout: integer(options.ackTimeout ?? DEFAULTS.ackTimeout, 'options.ackTimeout', 0, 31),

@@ -31,10 +31,8 @@ import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
+import { dialAddresses } from './dial.js'
 import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
-
-/** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
-const RAIL_RETRY_MS = 5000
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
@@ -60,6 +58,8 @@ export class TransferAgent extends EventEmitter {
   readonly #handshakeMs: number
   readonly #transferMs: number | undefined
   readonly #stallMs: number
+  /** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
+  readonly #railRetryMs: number
   readonly #table = new LocalTable()
   readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
@@ -90,6 +90,7 @@ export class TransferAgent extends EventEmitter {
     this.#transferMs = settings.transferMs
     this.#stallMs = settings.stallMs
     this.#handshakeMs = settings.handshakeMs
+    this.#railRetryMs = settings.railRetryMs
     const links = {
       agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode, admission: settings.admission,
       table: async (peerName: string, grants: LinkGrants) => {
@@ -135,7 +136,7 @@ export class TransferAgent extends EventEmitter {
     return EtcdRegistry.open(settings, {
       name: this.name,
       incarnation: this.id,
-      addresses: () => [{ host: this.host, port: this.port, device: this.device?.name ?? 'tcp' }],
+      addresses: () => this.#transport.addresses(),
       segmentsVersion: () => this.#table.version,
     }, {
       joined: (record) => { if (!this.#closed) this.emit('peerJoined', record) },
@@ -333,11 +334,13 @@ export class TransferAgent extends EventEmitter {
     return bounded(connecting, 'connect', wait)
   }
 
-  /** A link to the incarnation `record` names, at its (first) address. */
+  /**
+   * A link to the incarnation `record` names: its addresses (one per rail) dialed in order, each within an
+   * equal share of what is left of the bound, the next one when one does not answer (dialAddresses()).
+   */
   #dial(record: PeerRecord, wait: WaitOptions): Promise<Link> {
-    const address = record.addresses[0]
-    if (!address) throw new RdmaError(`The record of '${record.name}' has no address`, { code: 'ERR_METADATA_RECORD' })
-    return this.#transport.connect(address.host, address.port, wait.timeoutMs ?? this.#handshakeMs, wait.signal, record.incarnation)
+    return dialAddresses(record, wait.timeoutMs ?? this.#handshakeMs, (address, timeoutMs) =>
+      this.#transport.connect(address.host, address.port, timeoutMs, wait.signal, record.incarnation))
   }
 
   /** A peer left the cluster: the links to that incarnation fail now (not after RC retries), then listeners hear it. */
@@ -453,7 +456,7 @@ export class TransferAgent extends EventEmitter {
     const link = peer.link
     if (!link?.healthy) return undefined
     // A rail failed on it a while ago and nothing runs on it: made anew (every rail again), if this side can dial the peer.
-    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= RAIL_RETRY_MS && (peer.address || peer.byName)) {
+    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= this.#railRetryMs && (peer.address || peer.byName)) {
       this.#releases.linkGone(link)
       link.fail(new RdmaError('The link is made anew to retry a rail that failed', { code: 'ECONNRESET' }))
       return undefined

@@ -204,6 +204,8 @@ export function stripe(cols: BlockColumns, qps: number, weights?: ArrayLike<numb
   for (let q = 0; q < qps; q++) ends[q] = acc += weights ? weights[q]! : 1
   let q = 1
   let sum = 0
+  // Leading runs of weight 0 (a rail down) take nothing, not even the first slice.
+  if (weights && acc > 0 && total > 0) while (q < qps && ends[q - 1]! === 0) bounds[q++] = 0
   for (let i = 0; i < cols.count && q < qps; i++) {
     sum += cols.len[i]!
     // Close run q-1 after the slice that takes it to its share of the bytes.

@@ -1,9 +1,10 @@
-// A run's share of a rail failure (rails.ts): when a rail other than rail 0
-// fails, the slices its lanes had not confirmed (posted and flushed, or not
-// posted yet) are posted again on the lanes of the rails still up. A
-// notified write owes the peer the markers its failed lanes never sent: they
-// go (on QP 0, alone) once every slice is confirmed, so the notification
-// still comes after all the data.
+// A run's share of a rail failure (rails.ts): when a rail other than the
+// control channel's fails (or was down when the run started), the slices its
+// lanes had not confirmed (posted and flushed, or not posted yet) are posted
+// again on the lanes of the rails still up. A notified write owes the peer
+// the markers its failed lanes never sent: they go (on the control rail's
+// first QP, alone) once every slice is confirmed, so the notification still
+// comes after all the data.
 export class Resubmits {
   /** Ranges of slices [from, to) to post on any lane up, as pairs. */
   readonly #ranges: number[] = []

@@ -93,6 +93,11 @@ export class WindowGrants implements LinkGrants {
       const access = windowAccess(segment.rights)
       for (let i = 0; i < this.qps.length; i++) {
         const qp = this.qps[i]!
+        // A QP of a rail that could not reach the peer (left in INIT: link.ts) binds nothing: key 0, which the peer's lane cannot use either.
+        if (qp.state === 'INIT') {
+          binds.push(Promise.resolve({ rkey: 0 }))
+          continue
+        }
         const region = segment.regionOn(Math.floor(i / this.perRail)) as MemoryRegion
         const window = qp.pd.allocMemoryWindow(2)
         granted.windows.push(window)

@@ -93,6 +93,8 @@ export function launch(launcher: Launcher, peer: Peer, link: Link, plan: Checked
       return
     }
     link.runs.add(run)
+    // Rails already down on this link (failed, or unreachable since the handshake): their lanes post nothing, not even put-back slices.
+    if (link.meter?.anyDown) for (let r = 0; r < link.meter.rails; r++) if (link.meter.isDown(r)) run.railDown(r * link.perRail, (r + 1) * link.perRail)
     run.start(link.posters, { timeoutMs: wait.timeoutMs, stallTimeoutMs: progress.stallTimeoutMs, signal: wait.signal, onProgress: progress.onProgress }, link.stalls)
   })
 }

@@ -10,6 +10,7 @@ import { RdmaError } from '../core/errors.js'
 import type { CompletionQueue } from '../verbs/completion-queue.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
+import type { QpEndpoint } from '../verbs/queue-pair-options.js'
 import { QpPoster, type Lane } from './poster.js'
 import { QpLane } from './qp-lane.js'
 import { RemoteTable, type SegmentEntry } from './segments.js'
@@ -50,6 +51,11 @@ export class Link {
   meter: RailMeter | undefined
   /** Lanes per rail (all lanes with one rail). */
   perRail: number
+  /**
+   * The rail the control channel runs on (rails.ts): the rail of the address
+   * dialed, 0 unless rail 0's address did not answer. Its failure is the link's.
+   */
+  controlRail = 0
   readonly runs = new Set<TransferRun>()
   /** The stall bound of the runs, one timer for all of them. */
   readonly stalls = new StallWatch(this.runs)
@@ -80,15 +86,17 @@ export class Link {
   onRailDown: ((rail: number, error: Error) => void) | undefined
 
   /**
-   * A lane of rail `rail` went into the error state. Rail 0 carries the
-   * control channel: its failure is the link's (false). Another rail is
-   * marked down (shares 0 from now on), and every run moves the slices its
-   * lanes had not confirmed to the lanes still up (true).
+   * A lane of rail `rail` went into the error state. The control channel's
+   * rail (controlRail): its failure is the link's (false), as is that of the
+   * last rail up. Another rail is marked down (shares 0 from now on), and
+   * every run moves the slices its lanes had not confirmed to the lanes still
+   * up (true).
    */
   railFailed(rail: number, error: Error): boolean {
     const meter = this.meter
-    if (meter === undefined || rail === 0 || !this.healthy) return false
+    if (meter === undefined || rail === this.controlRail || !this.healthy) return false
     if (meter.isDown(rail)) return true
+    if (meter.up <= 1) return false
     meter.markDown(rail)
     this.railDownAt = performance.now()
     this.onRailDown?.(rail, error)
@@ -234,16 +242,26 @@ export class Link {
 export class RdmaLink extends Link {
   readonly #notices: NoticeSender
 
+  /**
+   * `controlRail`: the rail of the control connection (`conn`), in the agent's
+   * rail order; `unreachable`: rails whose QPs could not be connected (no route
+   * to the peer's address on them, e.g. their wire down): down from the start.
+   */
   constructor(conn: Connection, inbox: ControlInbox, readonly data: DataQps, remote: RemoteTable,
-    peerAgent: string, peerName: string, batchWrs: number) {
+    peerAgent: string, peerName: string, batchWrs: number, controlRail = 0, readonly unreachable: readonly number[] = []) {
     super(conn, inbox, data.qps.map((qp, i) => new QpLane(qp, i, railOf(i, data.perRail))), remote, data.grants, peerAgent, peerName, batchWrs, () => closeData(data))
-    this.#notices = new NoticeSender(data.qps[0]!.pd, this.posters[0]!)
     this.perRail = data.perRail
     const rails = data.qps.length / data.perRail
+    this.controlRail = controlRail
+    // Notices alone go on the control rail's first QP (rail 0's if the link has no lane there), messages of writes preferably on its lanes too.
+    const first = controlRail < rails ? controlRail * data.perRail : 0
+    this.#notices = new NoticeSender(this.posters[first]!, this.lanes as readonly QpLane[], first, first + data.perRail)
     if (rails > 1) {
       this.meter = new RailMeter(rails)
-      // A QP of another rail than rail 0 in the error state (its notice receives flushed): that rail failed, not the link.
+      // A QP of another rail than the control channel's in the error state (its notice receives flushed): that rail failed, not the link.
       data.notices.onFlushed = (qp, error) => this.railFailed(railOf(data.qps.indexOf(qp), data.perRail), error)
+      for (const rail of unreachable) this.meter.markDown(rail)
+      if (unreachable.length > 0) this.railDownAt = performance.now() // retried as a failed rail is (railRetryMs)
     }
   }
 
@@ -302,6 +320,32 @@ function finishData(settings: LinkSettings, data: Partial<DataQps>, rails: numbe
   return data as DataQps
 }
 
+/** No route to the peer's address on a QP's device (its wire down, its address gone): that rail is unreachable, not the link broken. */
+const NO_ROUTE = new Set(['ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL'])
+
+/**
+ * Connects the data QPs to the peer's endpoints. A rail other than the
+ * control channel's whose QPs find no route to the peer (ibv_modify_qp to
+ * RTR: ENETUNREACH when its wire is down) is left unconnected and returned:
+ * the link starts with it down (RdmaLink), its lanes get no slices. Any other
+ * failure is the handshake's.
+ */
+async function connectQps(data: DataQps, endpoints: readonly QpEndpoint[], controlRail: number, ackTimeout: number): Promise<number[]> {
+  const unreachable: number[] = []
+  for (let i = 0; i < data.qps.length; i++) {
+    const rail = railOf(i, data.perRail)
+    try { // every QP of an unreachable rail is tried too: each stays in INIT (its notice receives can be posted)
+      await data.qps[i]!.connect(endpoints[i]!, { timeout: ackTimeout })
+    } catch (error) {
+      if (rail === controlRail || !NO_ROUTE.has((error as RdmaError).code ?? '') || data.qps.length === data.perRail) throw error
+      if (!unreachable.includes(rail)) unreachable.push(rail)
+    }
+  }
+  // The last rail standing is the link: none reachable but the control channel's is fine; none at all is not.
+  if (unreachable.length * data.perRail >= data.qps.length) throw new RdmaError('No rail reaches the peer', { code: 'ENETUNREACH' })
+  return unreachable
+}
+
 /** The rails a hello offers (`perRail` QPs each; one rail when it does not say). */
 function railsOffered(message: HelloMessage): { perRail: number; rails: number } {
   const perRail = message.perRail ?? message.qps.length
@@ -351,7 +395,7 @@ function handshakeError(error: unknown): unknown {
  * connects the QPs and returns the peer's hello; then the tables are exchanged
  * and the link is built. A failure closes all that was opened.
  */
-async function handshake(conn: Connection, settings: LinkSettings, left: () => number,
+async function handshake(conn: Connection, settings: LinkSettings, controlRail: number, unreachable: number[], left: () => number,
   greet: (inbox: ControlInbox, open: (perRail: number, rails: number) => Partial<DataQps>, finish: (rails: number) => DataQps) => Promise<HelloMessage>): Promise<RdmaLink> {
   let data: Partial<DataQps> | undefined
   let done: DataQps | undefined
@@ -361,7 +405,7 @@ async function handshake(conn: Connection, settings: LinkSettings, left: () => n
     const peer = await greet(inbox, (perRail, rails) => (data = dataQps(settings, perRail, rails)), (rails) => (done = finishData(settings, data!, rails)))
     const remote = new RemoteTable()
     const sent = await exchangeTables(conn, inbox, settings, remote, left(), String(peer.name), done!.grants, done!.qps.length, done!.perRail)
-    const link = new RdmaLink(conn, inbox, done!, remote, peer.agent, String(peer.name), settings.batchWrs) // greet opened the QPs
+    const link = new RdmaLink(conn, inbox, done!, remote, peer.agent, String(peer.name), settings.batchWrs, controlRail, unreachable) // greet opened the QPs
     link.sentTable = sent
     return link
   } catch (error) {
@@ -383,7 +427,8 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
   const privateData = incarnation === undefined ? CONNECT_TAG : Buffer.concat([CONNECT_TAG, Buffer.from(incarnation)])
   let conn: Connection
   try {
-    conn = await connect({ host, port, pd: settings.pd, privateData, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
+    // Every rail's PD: the connection takes the one of the device the address resolves to (its rail carries the control channel).
+    conn = await connect({ host, port, pd: [settings.pd, ...settings.railPds], privateData, receiveJson: true, timeoutMs, ...(signal ? { signal } : {}) })
   } catch (error) {
     const data = (error as RdmaError).privateData
     if (incarnation !== undefined && (error as RdmaError).code === 'ECONNREFUSED' && data?.subarray(0, STALE_TAG.length).equals(STALE_TAG)) {
@@ -392,7 +437,9 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     throw error
   }
   const gate = new ConnectorGate(settings.admission, 'rdma', settings)
-  return handshake(conn, settings, left, async (inbox, open, finish) => {
+  const controlRail = Math.max(0, [settings.pd, ...settings.railPds].indexOf(conn.pd))
+  const unreachable: number[] = []
+  return handshake(conn, settings, controlRail, unreachable, left, async (inbox, open, finish) => {
     // Every rail's QPs offered (perRail says how they are laid out; a peer that does not know rails takes rail 0's only).
     const rails = 1 + settings.railPds.length
     const opened = open(settings.qps, rails)
@@ -407,15 +454,19 @@ export async function connectLink(settings: LinkSettings, host: string, port: nu
     // With a secret: the listener proved it, or nothing more is sent (its QPs are never connected to).
     const answer = gate.answer(welcome, `${host}:${port}`)
     if (answer instanceof Refusal) return refuse(conn, answer, left())
-    for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(welcome.qps[i]!, { timeout: settings.ackTimeout })
+    unreachable.push(...await connectQps(data, welcome.qps, controlRail, settings.ackTimeout))
     data.notices.start() // before this side's table goes: the peer sends nothing before it has that
     if (answer) await conn.sendJson(answer satisfies ProofMessage, { timeoutMs: left() })
     return welcome
   })
 }
 
-/** Answers a connect request (the listening side); a request that is not an agent's is rejected. */
-export async function acceptLink(settings: LinkSettings, request: ConnectionRequest, timeoutMs: number): Promise<RdmaLink> {
+/**
+ * Answers a connect request (the listening side) that came to the listener of
+ * rail `rail` (rdma-transport.ts): its control channel runs there. A request
+ * that is not an agent's is rejected.
+ */
+export async function acceptLink(settings: LinkSettings, request: ConnectionRequest, timeoutMs: number, rail = 0): Promise<RdmaLink> {
   const tag = request.privateData?.subarray(0, CONNECT_TAG.length)
   if (!tag || !CONNECT_TAG.equals(tag)) {
     request.reject()
@@ -429,8 +480,9 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
   }
   const deadline = Date.now() + timeoutMs
   const left = () => Math.max(1, deadline - Date.now())
-  const conn = await request.accept({ pd: settings.pd, receiveJson: true, timeoutMs })
-  return handshake(conn, settings, left, async (inbox, open, finish) => {
+  const conn = await request.accept({ pd: rail === 0 ? settings.pd : settings.railPds[rail - 1]!, receiveJson: true, timeoutMs })
+  const unreachable: number[] = []
+  return handshake(conn, settings, rail, unreachable, left, async (inbox, open, finish) => {
     const hello = await inbox.expect<HelloMessage>('hello', left())
     checkHello(hello, undefined)
     const gate = new ListenerGate(settings.admission, 'rdma', settings, hello)
@@ -442,7 +494,7 @@ export async function acceptLink(settings: LinkSettings, request: ConnectionRequ
     open(offered.perRail, rails)
     const data = finish(rails)
     const connectData = async () => {
-      for (let i = 0; i < data.qps.length; i++) await data.qps[i]!.connect(hello.qps[i]!, { timeout: settings.ackTimeout })
+      unreachable.push(...await connectQps(data, hello.qps, rail, settings.ackTimeout))
       data.notices.start() // before the welcome (or the table): the peer sends nothing before it has that
     }
     const welcome = { t: 'welcome', p: PROTOCOL, agent: settings.agent, name: settings.name, qps: data.qps.map((qp) => qp.endpoint()),

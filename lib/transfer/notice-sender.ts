@@ -1,7 +1,9 @@
 // The sending half of an RDMA link's notices (notices.ts): numbers in call
 // order, messages in send slots the device reads, and notices posted alone
-// (a read's, notify()'s, a skip) through QP 0's poster, in turn with the
-// transfers, so the send queue never holds more than it was sized for.
+// (a read's, notify()'s, a skip) through the poster of the control rail's
+// first QP (QP 0 unless the link's control channel is on another rail:
+// rails.ts), in turn with the transfers, so the send queue never holds more
+// than it was sized for.
 import { Access } from '../core/constants.js'
 import type { LocalSlice } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
@@ -83,7 +85,7 @@ export class OutgoingNotice {
   settled(): void { if (!this.#posted) this.release() }
 }
 
-/** A notice posted alone on QP 0, as a one-request source of its poster. */
+/** A notice posted alone on the sender's QP, as a one-request source of its poster. */
 class NoticePost implements PostSource {
   #posted = false
   constructor(readonly lane: QpLane, readonly tail: NoticeTail, readonly release: () => void,
@@ -96,7 +98,7 @@ class NoticePost implements PostSource {
     this.#posted = true
     const done = this.lane.postNotice(this.tail)
     done.then(this.release, this.release)
-    return { wrs: 0, bytes: 0, slots: 1, from: 0, to: 0, rail: 0, q: 0, done }
+    return { wrs: 0, bytes: 0, slots: 1, from: 0, to: 0, rail: this.lane.rail, q: this.lane.index, done }
   }
 
   batchDone(): void { this.resolve() }
@@ -108,16 +110,31 @@ export class NoticeSender {
   readonly #queued = new Set<NoticePost>()
   #failure: Error | undefined
 
-  constructor(readonly pd: ProtectionDomain, readonly poster: QpPoster) {}
+  readonly pd: ProtectionDomain
+
+  /**
+   * `poster`: the QP notices alone go on; `lanes`: the link's QPs, of which
+   * `first`..`end` (the control channel's rail) carry a write's message when
+   * the plan uses them: a rail that fails takes only markers with it.
+   */
+  constructor(readonly poster: QpPoster, readonly lanes: readonly QpLane[], readonly first = 0, readonly end = lanes.length) {
+    this.pd = (poster.lane as QpLane).qp.pd
+  }
 
   /** The next number, taken when the transfer (or notify()) is called. */
   take(): number { return this.#numbers.take() }
 
-  /** A notified write's notice: the message rides on the first QP the plan uses, markers on the others. */
+  /** A notified write's notice: the message rides on the first QP of the control rail the plan uses (else its first QP), markers on the others. */
   forWrite(seq: number, plan: CheckedPlan, payload: NoticePayload): OutgoingNotice {
-    let carrier = 0
-    while (plan.bounds[carrier + 1]! <= plan.bounds[carrier]!) carrier++
-    return new OutgoingNotice(this.pd, seq, plan.qps, carrier, payload)
+    const used = (q: number) => plan.bounds[q + 1]! > plan.bounds[q]!
+    let carrier = this.first
+    while (carrier < this.end && !used(carrier)) carrier++
+    if (carrier >= this.end) {
+      carrier = 0
+      while (!used(carrier)) carrier++
+    }
+    // The message's slot is memory of the carrier's PD (each rail's QPs are on a PD of their own).
+    return new OutgoingNotice(this.lanes[carrier]?.qp.pd ?? this.pd, seq, plan.qps, carrier, payload)
   }
 
   /** A message alone (after a read's data, or notify()): resolves when the peer's device has it. */

@@ -1,7 +1,9 @@
 // Rails: the devices an RDMA agent moves data on (options.devices). Rail 0 is
-// the device that serves the agent's host: it carries the control channel
-// (rdma_cm) and its data QPs; every other rail carries data QPs only, whose
-// endpoints (one GID per rail) travel in the handshake. A link's lanes are
+// the device that serves the agent's host. The agent listens on every rail's
+// address (rdma-transport.ts) and publishes them all (metadata); a link's
+// control channel (rdma_cm) runs on the rail of the address dialed, rail 0
+// unless it did not answer, and its data QPs on every rail, whose endpoints
+// (one GID per rail) travel in the handshake. A link's lanes are
 // laid out rail by rail: lane l is on rail floor(l / qpsPerRail).
 // How a transfer's slices are shared between rails follows each rail's
 // measured rate (RailMeter), not an equal split.
@@ -56,6 +58,8 @@ export class RailMeter {
   }
 
   isDown(rail: number): boolean { return this.#down[rail] === true }
+  /** Rails not marked down. */
+  get up(): number { return this.#down.filter((d) => !d).length }
   get anyDown(): boolean { return this.#down.some((d) => d) }
   markDown(rail: number): void { this.#down[rail] = true }
 

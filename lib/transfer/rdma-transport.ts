@@ -1,7 +1,10 @@
 // The RDMA transport: a device and its PD, an rdma_cm listener, links of RC
 // QPs (link.ts), and segments as memory regions whose access flags make the
 // device enforce their rights too. With several rails (rails.ts) each other
-// device has a PD too, and every segment is registered on each.
+// device has a PD too, every segment is registered on each, and each rail
+// has a listener of its own on its device's address (a peer whose route to
+// rail 0 is down still reaches the agent over another rail).
+import { isIPv6 } from 'node:net'
 import { listen, type Listener, type ConnectionRequest } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
 import type { RegisterableMemory } from '../verbs/memory.js'
@@ -10,7 +13,19 @@ import { acceptLink, connectLink, type LinkSettings, type RdmaLink } from './lin
 import { accessFor, type SegmentMemory, type SegmentRights } from './segments.js'
 import { Access } from '../core/constants.js'
 import type { GrantEnforcement } from './grants.js'
-import type { AgentLinkSettings, Transport } from './transport.js'
+import type { AgentLinkSettings, ListenAddress, Transport } from './transport.js'
+
+/**
+ * The address a rail's listener binds: its device's IP address of `host`'s
+ * family, from its GIDs (RoCE: an IPv4-mapped GID, or a global IPv6 one);
+ * undefined when it has none (that rail is not listened on, nor published).
+ */
+export function railHost(device: Device, host: string): string | undefined {
+  let gids: ReturnType<Device['gids']>
+  try { gids = device.gids(1) } catch { return undefined }
+  if (!isIPv6(host)) return gids.find((g) => g.gid.startsWith('::ffff:'))?.gid.slice('::ffff:'.length)
+  return gids.find((g) => !g.gid.startsWith('::ffff:') && !/^fe80:/i.test(g.gid) && g.gid !== '::')?.gid
+}
 
 export class RdmaTransport implements Transport {
   readonly kind = 'rdma' as const
@@ -20,7 +35,8 @@ export class RdmaTransport implements Transport {
   readonly grants: GrantEnforcement
   readonly #settings: LinkSettings
   readonly #handshakeMs: number
-  #listener: Listener | undefined
+  /** One per rail listened on, in rail order (rail 0's first), with its rail. */
+  readonly #listeners: Array<{ listener: Listener; rail: number; host: string }> = []
   #stopped = false
 
   constructor(readonly device: Device, settings: AgentLinkSettings, ackTimeout: number, handshakeMs: number, readonly railDevices: readonly Device[] = []) {
@@ -33,16 +49,40 @@ export class RdmaTransport implements Transport {
     this.#handshakeMs = handshakeMs
   }
 
-  get port(): number { return this.#listener?.address?.port ?? 0 }
+  get port(): number { return this.#listeners[0]?.listener.address?.port ?? 0 }
 
+  addresses(): ListenAddress[] {
+    const devices = [this.device, ...this.railDevices]
+    return this.#listeners.map(({ listener, rail, host }) => ({ host, port: listener.address?.port ?? 0, device: devices[rail]!.name }))
+  }
+
+  /**
+   * Listens on host:port (rail 0), and on each other rail's address (railHost)
+   * at the same port, or a free one if that is taken there.
+   */
   async listen(host: string, port: number, accepted: (link: Promise<RdmaLink>) => void): Promise<void> {
-    this.#listener = await listen({ host, port, pd: this.pd })
-    this.#listener.on('request', (request: ConnectionRequest) => {
+    await this.#listenOn(0, host, port, accepted)
+    const bound = this.port
+    for (let rail = 1; rail <= this.railDevices.length; rail++) {
+      const railAddress = railHost(this.railDevices[rail - 1]!, host)
+      if (railAddress === undefined || railAddress === host) continue
+      try {
+        await this.#listenOn(rail, railAddress, bound, accepted)
+      } catch {
+        await this.#listenOn(rail, railAddress, 0, accepted)
+      }
+    }
+  }
+
+  async #listenOn(rail: number, host: string, port: number, accepted: (link: Promise<RdmaLink>) => void): Promise<void> {
+    const listener = await listen({ host, port, pd: rail === 0 ? this.pd : this.railPds[rail - 1]! })
+    this.#listeners.push({ listener, rail, host })
+    listener.on('request', (request: ConnectionRequest) => {
       if (this.#stopped) {
         try { request.reject() } catch { /* gone */ }
         return
       }
-      accepted(acceptLink(this.#settings, request, this.#handshakeMs))
+      accepted(acceptLink(this.#settings, request, this.#handshakeMs, rail))
     })
   }
 
@@ -74,7 +114,7 @@ export class RdmaTransport implements Transport {
 
   stop(): void {
     this.#stopped = true
-    this.#listener?.close()
+    for (const { listener } of this.#listeners) listener.close()
   }
 
   close(): void {

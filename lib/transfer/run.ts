@@ -39,8 +39,8 @@ export interface RunHooks {
   /** Several rails: at success, the bytes each rail moved and the ms from start to its last completion (the link's RailMeter). */
   measured: ((bytes: readonly number[], ms: readonly number[]) => void) | undefined
   /**
-   * Several rails: a batch on rail `rail` (> 0) failed with its QP in the
-   * error state. True: the rail is (now) down and the run's slices on it go
+   * Several rails: a batch on rail `rail` failed with its QP in the error
+   * state (the control channel's rail: always the link's failure). True: the rail is (now) down and the run's slices on it go
    * to the others (railDown()); false: the link is broken (onBatchError).
    */
   railFailed: ((rail: number, error: Error) => boolean) | undefined
@@ -258,8 +258,8 @@ export class TransferRun implements PostSource, Watched {
     const refused = this.#refused
     this.#refused = undefined
     const failed = posted ? batch : refused
-    // Another rail than rail 0 failed: its slices go to the rails still up (the run goes on).
-    if (linkBroken && failed && failed.rail > 0 && this.#hooks.railFailed?.(failed.rail, error)) {
+    // Another rail than the control channel's failed: its slices go to the rails still up (the run goes on).
+    if (linkBroken && failed && this.#hooks.railFailed?.(failed.rail, error)) {
       if (posted) this.#inflight--
       this.#redo!.put(failed.from, failed.to)
       this.#hooks.resubmit?.(this)

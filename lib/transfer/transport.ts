@@ -17,6 +17,9 @@ export type TransportKind = 'rdma' | 'tcp'
 export type TransportOption = TransportKind | 'auto'
 export const TRANSPORT_OPTIONS: readonly TransportOption[] = ['rdma', 'tcp', 'auto']
 
+/** One place a transport listens on, and its device ('tcp' for TCP). */
+export interface ListenAddress { host: string; port: number; device: string }
+
 /** What every link of an agent gets, whatever the transport. */
 export interface AgentLinkSettings {
   agent: string
@@ -40,6 +43,8 @@ export interface Transport {
   readonly pd: ProtectionDomain | undefined
   /** The port peers connect to (0 before listen()). */
   readonly port: number
+  /** Where peers reach it, after listen(): one address per rail (RDMA), rail 0's (host:port) first. */
+  addresses(): ListenAddress[]
   /** Listens on host:port; every connect attempt of a peer is handed over as the link its handshake will give. */
   listen(host: string, port: number, accepted: (link: Promise<Link>) => void): Promise<void>
   /** How per-peer grants are enforced on this transport. */

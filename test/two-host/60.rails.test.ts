@@ -19,8 +19,11 @@ const WIRE_PORT = 7481
 const AGENT_PORT = 7483
 const FAILOVER_PORT = 7484
 const FAILOVER_SIZE = 128 << 20
-/** The data QPs' ACK timeout, as test 20 has it (the emulated guests answer late). */
-const ACK_TIMEOUT = 18
+/**
+ * The data QPs' ACK timeout, as test 20 has it (the emulated guests answer late). RAILS_ACK_TIMEOUT overrides it,
+ * e.g. 14 (the engine's default) to measure rail-failure detection with the default retry timing.
+ */
+const ACK_TIMEOUT = process.env.RAILS_ACK_TIMEOUT === undefined ? 18 : Number(process.env.RAILS_ACK_TIMEOUT)
 const SIZE = 8 << 20
 const ROUNDS = 6
 const devices = [process.env.SOFTROCE_DEVICE!, process.env.SOFTROCE_RAIL1_DEVICE!]
@@ -164,6 +167,11 @@ describe(`two rails (this is host ${role})`, () => {
         src.bytes.set(Buffer.alloc(FAILOVER_SIZE).fill(pattern(4093, 7001)))
         const before = agent.stats().rails
         let answer = new Promise<Notification>((resolve) => agent.once('notification', resolve))
+        // Timing (reported, never asserted: the guests are emulated and shared): the wire down, the rail's failover seen in stats(), the write done.
+        let execAt = 0
+        let wireDownAt = 0
+        let failoverAt = 0
+        const watch = setInterval(() => { if (failoverAt === 0 && agent.stats().rails[1]!.failovers > before[1]!.failovers) failoverAt = performance.now() }, 5)
         const result = await agent.write(peer, [{ local: [src, 0], remote: ['kv', 0], length: FAILOVER_SIZE }], {
           notify: 'failover', timeoutMs: 240_000,
           // At the first batch confirmed. 128 MiB: spawning `ip` in the emulated guest, busy with rxe, takes seconds,
@@ -171,10 +179,16 @@ describe(`two rails (this is host ${role})`, () => {
           onProgress: (confirmed, total) => {
             if (down || confirmed >= total) return
             down = true
+            execAt = performance.now()
             execFileSync('ip', ['link', 'set', netdev, 'down'], { stdio: 'pipe', timeout: 30_000 })
+            wireDownAt = performance.now() // the wire went down somewhere in the `ip` call, which blocks the event loop
+
           },
-        })
+        }).finally(() => clearInterval(watch))
+        const doneAt = performance.now()
         console.log(`failover write: ${result.ms.toFixed(0)} ms, rails ${JSON.stringify(agent.stats().rails)}`)
+        console.log(`rail failure timing (ackTimeout ${ACK_TIMEOUT}): \`ip link set down\` took ${(wireDownAt - execAt).toFixed(0)} ms; from its return: failover seen ${failoverAt > 0 ? (failoverAt - wireDownAt).toFixed(0) : '?'} ms, ` +
+          `-> write complete ${(doneAt - wireDownAt).toFixed(0)} ms (write ${result.ms.toFixed(0)} ms, ${FAILOVER_SIZE >> 20} MiB)`)
         expect(down, 'rail 1 went down during the write').toBe(true)
         expect(result.bytes).toBe(FAILOVER_SIZE)
         expect((await within(answer, 120_000, 'host 0\'s verdict')).message).toBe('wrong 0')

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest'
 import { TransferAgent } from '../../dist/index.js'
 import { RailMeter, railDevices } from '../../lib/transfer/rails.js'
+import { agentSettings } from '../../lib/transfer/agent-settings.js'
 import { emptyColumns, stripe } from '../../lib/transfer/blocks.js'
 import { Resubmits } from '../../lib/transfer/failover.js'
 
@@ -31,6 +32,22 @@ describe('options.devices (rails)', () => {
   it('create() checks devices before opening any device (a bad list never reaches the verbs)', async () => {
     await expect(TransferAgent.create({ host: '127.0.0.1', devices: ['rxe0', 'rxe0'] })).rejects.toMatchObject(VALUE)
     await expect(TransferAgent.create({ host: '127.0.0.1', devices: 'rxe0' as never })).rejects.toMatchObject(TYPE)
+  })
+})
+
+describe('options.railRetryMs (how long a failed rail waits before its link is made anew)', () => {
+  it('defaults to 5000 ms and takes 0 .. 2^31', () => {
+    expect(agentSettings({ host: '127.0.0.1' }, undefined).railRetryMs).toBe(5000)
+    expect(agentSettings({ host: '127.0.0.1', railRetryMs: 0 }, undefined).railRetryMs).toBe(0)
+    expect(agentSettings({ host: '127.0.0.1', railRetryMs: 250 }, undefined).railRetryMs).toBe(250)
+  })
+
+  it('refuses what is not an integer in range, with a coded error naming the option, before anything listens', async () => {
+    for (const [bad, code] of [[-1, 'ERR_OUT_OF_RANGE'], [2 ** 31 + 1, 'ERR_OUT_OF_RANGE'], [1.5, 'ERR_OUT_OF_RANGE'], ['5000', 'ERR_INVALID_ARG_TYPE']] as const) {
+      const error = await TransferAgent.create({ host: '127.0.0.1', transport: 'tcp', railRetryMs: bad as number }).then(() => undefined, (e: unknown) => e)
+      expect(error, JSON.stringify(bad)).toMatchObject({ code })
+      expect((error as Error).message).toContain('options.railRetryMs')
+    }
   })
 })
 
@@ -76,10 +93,12 @@ describe('stripe() with weights', () => {
     expect([...stripe(slices(8, 10), 4, [1, 1, 1, 1])]).toEqual([0, 2, 4, 6, 8])
   })
 
-  it('bytes in proportion to the weights; a weight of 0 gives an empty run; run 0 always holds the first slice', () => {
+  it('bytes in proportion to the weights; a weight of 0 gives an empty run, the first ones included (rail 0 down)', () => {
     expect([...stripe(slices(12, 10), 2, [2, 1])]).toEqual([0, 8, 12])
     expect([...stripe(slices(12, 10), 4, [0.25, 0.25, 0, 0.5])]).toEqual([0, 3, 6, 6, 12])
-    expect([...stripe(slices(4, 10), 2, [0, 1])]).toEqual([0, 1, 4])
+    expect([...stripe(slices(4, 10), 2, [0, 1])]).toEqual([0, 0, 4])
+    expect([...stripe(slices(1, 10), 4, [0, 0, 0.5, 0.5])]).toEqual([0, 0, 0, 1, 1])
+    expect([...stripe(slices(8, 10), 4, [0, 0, 0.5, 0.5])]).toEqual([0, 0, 0, 4, 8])
   })
 })
 

@@ -14,6 +14,7 @@ import { needs } from '../rdma/needs.js'
 import { etcdBinary, startEtcd, type EtcdServer } from '../../scripts/etcd-server.mjs'
 import { RdmaError } from '../../lib/core/errors.js'
 import { TransferAgent } from '../../lib/transfer/agent.js'
+import { dialAddresses } from '../../lib/transfer/dial.js'
 import { EtcdClient, EtcdRegistry, decodeRecord, encodeRecord, metadataSettings, type MetadataStateEvent, type PeerLeftEvent, type PeerRecord } from '../../lib/transfer/metadata/index.js'
 
 const TTL = 2 // seconds: etcd's smallest with its default election timeout
@@ -26,6 +27,13 @@ describe('metadata records', () => {
     expect(decodeRecord('/p/agents/decode-3', 'decode-3', encodeRecord(record), 17)).toEqual({ ...record, revision: 17 })
   })
 
+  it('carry one address per rail, in rail order; a one-address record (before rails were published) is read as it is', () => {
+    const rails = { ...record, addresses: [{ host: '198.18.0.1', port: 7480, device: 'rxe0' }, { host: '198.19.0.1', port: 7480, device: 'rxe1' }] }
+    expect(decodeRecord('/p/agents/decode-3', 'decode-3', encodeRecord(rails), 3)).toEqual({ ...rails, revision: 3 })
+    const old = '{"v":1,"name":"decode-3","incarnation":"6f1c","addresses":[{"host":"198.18.0.1","port":7480,"device":"rxe0"}],"segmentsVersion":0,"ttlSeconds":10}'
+    expect(decodeRecord('/p/agents/decode-3', 'decode-3', old, 1)).toMatchObject({ addresses: [{ host: '198.18.0.1', port: 7480, device: 'rxe0' }] })
+  })
+
   it('that are not an agent\'s are refused with ERR_METADATA_RECORD, with the reason', () => {
     const json = JSON.parse(encodeRecord(record)) as Record<string, unknown>
     const cases: Array<[string, string]> = [
@@ -35,6 +43,13 @@ describe('metadata records', () => {
       [JSON.stringify({ ...json, incarnation: '' }), 'no incarnation'],
       [JSON.stringify({ ...json, addresses: [] }), 'no addresses'],
       [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 70000, device: 'd' }] }), 'a malformed address'],
+      [JSON.stringify({ ...json, addresses: 'h:1' }), 'no addresses'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 1, device: '' }] }), 'a malformed address'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 1 }] }), 'a malformed address'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 1, device: 'rxe0' }, null] }), 'a malformed address'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 1, device: 'rxe0' }, { host: 'h2', port: 1, device: 'rxe0' }] }), 'device "rxe0" listed twice'],
+      [JSON.stringify({ ...json, addresses: [{ host: 'h', port: 1, device: 'rxe0' }, { host: 'h', port: 1, device: 'rxe1' }] }), 'address h:1 listed twice'],
+      [JSON.stringify({ ...json, addresses: Array.from({ length: 17 }, (_, i) => ({ host: `10.0.0.${i}`, port: 1, device: `d${i}` })) }), '17 addresses (at most 16)'],
       [JSON.stringify({ ...json, segmentsVersion: -1 }), 'no segment table version'],
       [JSON.stringify({ ...json, ttlSeconds: 0 }), 'no lease TTL'],
     ]
@@ -44,6 +59,54 @@ describe('metadata records', () => {
       expect((result as RdmaError).code).toBe('ERR_METADATA_RECORD')
       expect((result as RdmaError).message).toContain(why)
     }
+  })
+})
+
+describe('dialing a record\'s addresses (one per rail)', () => {
+  const record = { name: 'decode-3', incarnation: randomUUID(), segmentsVersion: 0, ttlSeconds: 10, revision: 1,
+    addresses: [{ host: '198.18.0.1', port: 7480, device: 'rxe0' }, { host: '198.19.0.1', port: 7481, device: 'rxe1' }] }
+  const coded = (code: string, message = code) => new RdmaError(message, { code: code as 'ETIMEDOUT' })
+
+  it('dials them in order and takes the first that answers: rail 0 silent, rail 1 answers', async () => {
+    const calls: Array<[string, number]> = []
+    const link = await dialAddresses(record, 10_000, async (a, ms) => {
+      calls.push([a.device, ms])
+      if (a.device === 'rxe0') throw coded('ETIMEDOUT')
+      return `link over ${a.device}`
+    })
+    expect(link).toBe('link over rxe1')
+    expect(calls.map(([d]) => d)).toEqual(['rxe0', 'rxe1'])
+    // Each attempt within an equal share of what is left: the first may not eat the second's time.
+    expect(calls[0]![1]).toBeLessThanOrEqual(5000)
+    expect(calls[0]![1]).toBeGreaterThan(4000)
+    expect(calls[1]![1]).toBeLessThanOrEqual(10_000)
+  })
+
+  it('none answering: ERR_PEER_UNREACHABLE naming every address tried and why; one address: its own error', async () => {
+    const error = await dialAddresses(record, 1000, async (a) => { throw coded(a.device === 'rxe0' ? 'ETIMEDOUT' : 'ECONNREFUSED') }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'ERR_PEER_UNREACHABLE' })
+    expect((error as Error).message).toContain('198.18.0.1:7480 (rxe0): ETIMEDOUT')
+    expect((error as Error).message).toContain('198.19.0.1:7481 (rxe1): ECONNREFUSED')
+    expect((error as RdmaError).cause).toMatchObject({ code: 'ECONNREFUSED' })
+    const one = { ...record, addresses: record.addresses.slice(0, 1) }
+    await expect(dialAddresses(one, 1000, async () => { throw coded('ECONNREFUSED') })).rejects.toMatchObject({ code: 'ECONNREFUSED' })
+  })
+
+  it('an answer that is final (a restarted peer, a refusal, an abort) is not retried on another address', async () => {
+    for (const code of ['ERR_STALE_PEER', 'ERR_PEER_REFUSED', 'ABORT_ERR']) {
+      const dialed: string[] = []
+      await expect(dialAddresses(record, 1000, async (a) => { dialed.push(a.device); throw coded(code) })).rejects.toMatchObject({ code })
+      expect(dialed, code).toEqual(['rxe0'])
+    }
+  })
+
+  it('the bound is the whole dial: an address left when it is spent is named as not tried', async () => {
+    const error = await dialAddresses(record, 50, async () => {
+      await new Promise((resolve) => setTimeout(resolve, 80))
+      throw coded('ETIMEDOUT')
+    }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'ERR_PEER_UNREACHABLE' })
+    expect((error as Error).message).toContain('1 not tried')
   })
 })
 

@@ -6,7 +6,10 @@ import { RdmaError } from '../../core/errors.js'
 /** Version of the record's JSON; a record of another version is not a member. */
 export const RECORD_FORMAT = 1
 
-/** One place a peer listens on: one per device (rail). */
+/** Most addresses a record may list (an agent has at most 4 rails: rails.ts; room for more later). */
+export const MAX_ADDRESSES = 16
+
+/** One place a peer listens on: one per device (rail), in rail order. */
 export interface PeerAddress {
   readonly host: string
   readonly port: number
@@ -19,6 +22,11 @@ export interface PeerRecord {
   readonly name: string
   /** New at every start of the agent (its `id`, a random UUID): a restarted agent is another incarnation. */
   readonly incarnation: string
+  /**
+   * Where it listens: one address per rail (options.devices), rail 0's first;
+   * connect() by name dials them in order. Records of agents before rails
+   * were published list one (rail 0's) and are read as they are.
+   */
   readonly addresses: readonly PeerAddress[]
   /** The version of its segment table (it grows with every register/unregister; the table itself travels on the link). */
   readonly segmentsVersion: number
@@ -67,12 +75,18 @@ export function decodeRecord(key: string, name: string, value: string, revision:
   if (o.v !== RECORD_FORMAT) return bad(key, `format ${JSON.stringify(o.v)}, this agent reads ${RECORD_FORMAT}`)
   if (o.name !== name) return bad(key, `it names ${JSON.stringify(o.name)}`)
   if (typeof o.incarnation !== 'string' || o.incarnation.length < 1 || o.incarnation.length > 48) return bad(key, 'no incarnation')
-  if (!Array.isArray(o.addresses) || o.addresses.length < 1 || o.addresses.length > 64) return bad(key, 'no addresses')
+  if (!Array.isArray(o.addresses) || o.addresses.length < 1) return bad(key, 'no addresses')
+  if (o.addresses.length > MAX_ADDRESSES) return bad(key, `${o.addresses.length} addresses (at most ${MAX_ADDRESSES})`)
   const addresses: PeerAddress[] = []
   for (const a of o.addresses as unknown[]) {
     const address = a as Record<string, unknown> | null
     if (typeof address !== 'object' || address === null || typeof address.host !== 'string' || address.host.length === 0 || address.host.length > 253 ||
-      !isInteger(address.port, 1, 65535) || typeof address.device !== 'string') return bad(key, `a malformed address ${JSON.stringify(a)?.slice(0, 80)}`)
+      !isInteger(address.port, 1, 65535) || typeof address.device !== 'string' || address.device.length === 0 || address.device.length > 64) {
+      return bad(key, `a malformed address ${JSON.stringify(a)?.slice(0, 80)}`)
+    }
+    // One address per rail: a device listed twice, or one listener listed twice, is not a record an agent writes.
+    if (addresses.some((b) => b.device === address.device)) return bad(key, `device ${JSON.stringify(address.device)} listed twice`)
+    if (addresses.some((b) => b.host === address.host && b.port === address.port)) return bad(key, `address ${address.host}:${address.port} listed twice`)
     addresses.push({ host: address.host, port: address.port, device: address.device })
   }
   if (!isInteger(o.segmentsVersion, 0, Number.MAX_SAFE_INTEGER)) return bad(key, 'no segment table version')

@@ -7,7 +7,7 @@ import type { RegisterableMemory } from '../../verbs/memory.js'
 import type { Link } from '../link.js'
 import { PlainMemory, plainBytes } from '../plain-memory.js'
 import type { SegmentRights } from '../segments.js'
-import type { AgentLinkSettings, Transport } from '../transport.js'
+import type { AgentLinkSettings, ListenAddress, Transport } from '../transport.js'
 import { acceptTcpLink, connectTcpLink, type TcpLinkSettings } from './link.js'
 
 export class TcpTransport implements Transport {
@@ -20,6 +20,7 @@ export class TcpTransport implements Transport {
   readonly #handshakeMs: number
   #nextKey = 1
   #server: Server | undefined
+  #host: string | undefined
   #stopped = false
 
   constructor(settings: AgentLinkSettings, handshakeMs: number) {
@@ -32,7 +33,12 @@ export class TcpTransport implements Transport {
     return typeof address === 'object' && address !== null ? address.port : 0
   }
 
+  addresses(): ListenAddress[] {
+    return this.#host === undefined ? [] : [{ host: this.#host, port: this.port, device: 'tcp' }]
+  }
+
   listen(host: string, port: number, accepted: (link: Promise<Link>) => void): Promise<void> {
+    this.#host = host
     const server = createServer((socket) => {
       if (this.#stopped) return void socket.destroy()
       accepted(acceptTcpLink(this.#settings, socket, this.#handshakeMs))
