@@ -109,10 +109,10 @@ async function runSanitized() {
   // checking bytes in JS: `npm test` runs it; its native paths (views past
   // 4 GiB, splitting) are small and covered here by the other files. Every
   // other RDMA file of `npm test` runs here, and 112.exhaustion too (env above),
-  // but for now 103.transfer-etcd and 108.kv-cluster: their etcd requests (a 2 s
-  // bound) and 3-5 s leases lapsed on a starved guest under this build
-  // (2026-12-06: child agents could not get a lease granted within 2 s and exited).
-  const excluded = ['25.large-memory', '103.transfer-etcd', '108.kv-cluster']
+  // but for now 108.kv-cluster: its five agent processes' 5 s leases lapsed
+  // again and again on a starved guest under this build (2026-12-07: each
+  // lapse re-routed the requests in flight, until they gave up).
+  const excluded = ['25.large-memory', '108.kv-cluster']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
     : ['--config', 'vitest.rdma.config.ts', ...excluded.flatMap((name) => ['--exclude', `**/${name}.test.ts`])]
