@@ -109,9 +109,12 @@ async function runSanitized() {
   // checking bytes in JS: `npm test` runs it; its native paths (views past
   // 4 GiB, splitting) are small and covered here by the other files. Every
   // other RDMA file of `npm test` runs here, and 112.exhaustion too (env above),
-  // but for now 108.kv-cluster: its five agent processes' 5 s leases lapsed
-  // again and again on a starved guest under this build (2026-12-07: each
-  // lapse re-routed the requests in flight, until they gave up).
+  // but for now 108.kv-cluster: five sanitized Node processes and etcd on a
+  // starved guest (beside two others, 2026-12-07) did not hold: once the
+  // agents' 5 s leases lapsed again and again (each lapse re-routes, until
+  // requests gave up), once with --ttl 15 a decode agent did not start within
+  // the example's 120 s. Its native paths are the engine's between processes
+  // on etcd, which 101 and 103 run here.
   const excluded = ['25.large-memory', '108.kv-cluster']
   const config = vitestArgs.some((x) => x === '--config' || x === '-c' || x.startsWith('--config='))
     ? []
