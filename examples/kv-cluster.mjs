@@ -39,7 +39,7 @@ import { exampleArgs, localAddress } from './cli-args.mjs'
 import { TransferAgent } from 'node-ibverbs'
 
 const usage = `usage: kv-cluster.mjs [--requests 48] [--window 4] [--block-kib 16] [--max-blocks 24] [--kill-after N] [--after-restart 8]
-       [--ttl 5] [--max-attempts 8] [--timeout-ms 120000] [--etcd URL] [--host ADDR] [--device NAME]
+       [--ttl 5] [--request-timeout-ms 2000] [--max-attempts 8] [--timeout-ms 120000] [--etcd URL] [--host ADDR] [--device NAME]
        (internal: --role prefill|decode --name NAME --port N)`
 const { values: v, int } = exampleArgs(usage, {
   role: { type: 'string', default: 'router' },
@@ -52,6 +52,7 @@ const { values: v, int } = exampleArgs(usage, {
   'kill-after': { type: 'string' },
   'after-restart': { type: 'string', default: '8' },
   ttl: { type: 'string', default: '5' },
+  'request-timeout-ms': { type: 'string', default: '2000' },
   'max-attempts': { type: 'string', default: '8' },
   'timeout-ms': { type: 'string', default: '120000' },
   etcd: { type: 'string' },
@@ -63,6 +64,7 @@ const WINDOW = int('window', 1, 64) // requests in flight at once
 const BLOCK = int('block-kib', 1, 1024) * 1024
 const MAX_BLOCKS = int('max-blocks', 1, 64) // blocks per request: 1/3..1 of this, seeded
 const TTL = int('ttl', 2, 3600)
+const REQUEST_TIMEOUT = int('request-timeout-ms', 100, 60_000) // each etcd request's bound
 const MAX_ATTEMPTS = int('max-attempts', 1, 100)
 const TIMEOUT = int('timeout-ms', 1000, 2 ** 31 - 1)
 // Every request in flight fits in any one agent's pool (the router may send them all to one).
@@ -102,7 +104,7 @@ function take(free, count, random) {
 }
 
 function metadata(endpoint) {
-  return { endpoints: [endpoint], ttlSeconds: TTL, prefix: PREFIX, requestTimeoutMs: 2000 }
+  return { endpoints: [endpoint], ttlSeconds: TTL, prefix: PREFIX, requestTimeoutMs: REQUEST_TIMEOUT }
 }
 
 async function createAgent(name, endpoint, port = 0) {
@@ -185,7 +187,7 @@ async function prefillAgent(name, endpoint) {
 function spawnAgent(role, name, endpoint, port, onMessage) {
   const args = ['--role', role, '--name', name, '--etcd', endpoint, '--port', String(port),
     '--window', String(WINDOW), '--block-kib', String(BLOCK / 1024), '--max-blocks', String(MAX_BLOCKS),
-    '--ttl', String(TTL), '--timeout-ms', String(TIMEOUT), ...(v.host ? ['--host', v.host] : []), ...(device ? ['--device', device] : [])]
+    '--ttl', String(TTL), '--request-timeout-ms', String(REQUEST_TIMEOUT), '--timeout-ms', String(TIMEOUT), ...(v.host ? ['--host', v.host] : []), ...(device ? ['--device', device] : [])]
   const child = fork(self, args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   const agent = { role, name, child, incarnation: undefined, port: undefined, exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal))) }
   return new Promise((resolve, reject) => {

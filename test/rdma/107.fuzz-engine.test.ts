@@ -304,7 +304,10 @@ function segmentCode(w: World, at: number, segment: unknown): string | undefined
  * batch in flight fails coded, the others go on; the bytes of those that resolve are checked).
  */
 function grantOrRevoke(w: World, a: Action, call: 'grant' | 'revoke'): void {
-  const s = pick(w.segments, a.i)
+  // Three picks in four name a live per-peer segment of an open agent (the calls that can succeed);
+  // the fourth any segment ever registered: withdrawn, shared, or on a closed agent.
+  const live = w.segments.filter((x) => !x.segment.withdrawn && x.segment.peers !== 'shared' && !w.closedAgents.has(x.at))
+  const s = (a.o >>> 1) % 4 !== 0 && live.length > 0 ? pick(live, a.i) : pick(w.segments, a.i)
   const at = s?.at ?? a.i % AGENTS
   const agent = w.agents[at]!
   let segment: unknown = a.o & 1 ? s?.segment.name : s?.segment

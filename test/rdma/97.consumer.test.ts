@@ -1,7 +1,10 @@
 // The consumer project that test/unit/78 installed from the packed tarball
 // (scripts disabled, no compiler) runs here with a real device: it connects
 // two queue pairs and moves bytes with WRITE, READ and SEND/RECV through the
-// installed copy and its prebuilt binary, checking every byte.
+// installed copy and its prebuilt binary, checking every byte. Under
+// `npm run test:asan` (NODE_IBVERBS_SANITIZED=1) the installed copy loads the
+// sanitizer build instead (NODE_IBVERBS_ADDON, which the package honours): the
+// same consumer code over native code that reports any memory error.
 import { expect } from 'vitest'
 import { spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
@@ -18,7 +21,8 @@ const notInstalled = existsSync(script)
 
 needs(notInstalled ?? envMissing('SOFTROCE_DEVICE'))('the installed package moves verified bytes over RDMA', () => {
   const env = { ...process.env }
-  delete env.NODE_IBVERBS_ADDON // the installed copy must load its own prebuild
+  // The installed copy must load its own prebuild; under the sanitizers, their build.
+  if (process.env.NODE_IBVERBS_SANITIZED !== '1') delete env.NODE_IBVERBS_ADDON
   const out = spawnSync(process.execPath, [script, 'transfer'], { cwd: consumer, env, encoding: 'utf8', timeout: 150_000 })
   expect(out.status, `${out.stdout}\n${out.stderr}`).toBe(0)
   const result = JSON.parse(out.stdout.trim().split('\n').pop()!)
