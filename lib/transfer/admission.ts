@@ -14,7 +14,7 @@ import { RdmaError } from '../core/errors.js'
 import { object, rangeError, typeError } from '../core/validate.js'
 import type { TransportKind } from './transport.js'
 
-/** What TransferAgent.create() takes as options.admission (docs/transfer.md, "Who may connect"). */
+/** What TransferAgent.create() takes as options.admission (docs/access.md, "Who may connect"). */
 export interface AdmissionOptions {
   /**
    * A secret every agent of the cluster is given (at least 16 bytes; a string

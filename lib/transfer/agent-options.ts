@@ -31,7 +31,7 @@ export interface TransferAgentOptions {
    * `qpsPerPeer` data QPs on each rail both sides have. A transfer's slices
    * are shared between rails by their measured rate; a rail that fails has
    * its slices moved to the others. Not for the TCP transport
-   * (ERR_INVALID_ARG_VALUE). See docs/transfer.md, "Several rails".
+   * (ERR_INVALID_ARG_VALUE). See docs/rails.md.
    */
   devices?: readonly string[]
   /** A name peers see (default: a random id); with `metadata`, required: the agent's key in the cluster. */
@@ -62,7 +62,8 @@ export interface TransferAgentOptions {
   /**
    * ACK timeout of the data QPs, as the verbs exponent: the requester
    * retransmits after 4.096 µs × 2^ackTimeout without an ACK (0..31, default
-   * 14 = 67 ms). See docs/transfer.md ("Retransmission") before lowering it.
+   * 14 = 67 ms). See docs/softroce.md ("Retransmission on Soft-RoCE")
+   * before lowering it.
    */
   ackTimeout?: number
   /**
@@ -71,7 +72,7 @@ export interface TransferAgentOptions {
    * handshake; the secret never travels), and this agent connects only to
    * agents that prove it too. `allow`: the names of the peers admitted when
    * they connect here. A refused peer gets ERR_PEER_REFUSED and never sees a
-   * segment. See docs/transfer.md, "Who may connect".
+   * segment. See docs/access.md, "Who may connect".
    */
   admission?: AdmissionOptions
   /** Bound on the handshake with a peer (default 10000 ms). */
@@ -86,7 +87,7 @@ export interface TransferAgentOptions {
    * RDMA with several rails (`devices`): how long after a rail failed on a
    * link the next transfer to that peer (none running) makes the link anew,
    * with every rail, to try the failed one again (0..2^31 ms, default 5000;
-   * 0: at the next transfer). See docs/transfer.md, "Several rails".
+   * 0: at the next transfer). See docs/rails.md.
    */
   railRetryMs?: number
   /** A transfer that gives no stallTimeoutMs fails with ERR_STALLED after this long without a completion (default 10000 ms). */
@@ -106,7 +107,7 @@ export interface RegisterOptions {
    * grants of its own): only those see it, and revoke(peer, name) takes one
    * peer's access away while the others go on. Over RDMA each grant is a
    * memory window per data QP of that peer's link, enforced by the NIC. See
-   * docs/transfer.md, "Who may touch a segment".
+   * docs/access.md, "Who may touch a segment".
    */
   peers?: SegmentPeers
 }

@@ -1,5 +1,5 @@
 // Diagnosis of two-host test 20's REM_INV_REQ_ERR (a tool, not a test; see
-// docs/transfer.md, "Retransmission on Soft-RoCE"). Runs on both guests: for
+// docs/softroce.md, "Retransmission on Soft-RoCE"). Runs on both guests: for
 // each variant, host 1 writes the test's 256 MiB layout into host 0's
 // segment; host 0 waits for the notification or for the writer to go away
 // (bounded), and both print rxe's counter deltas.

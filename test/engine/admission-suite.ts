@@ -4,7 +4,8 @@
 // a name not in the allow-list: ERR_PEER_REFUSED on the connecting side within
 // the handshake bound, a coded handshakeError on the listening side, no peer
 // on either, and the listening agent goes on serving. A hand-made client that
-// sends a forged proof never receives the segment table.
+// sends a forged proof never receives the segment table. What is checked, and
+// on the wire: docs/access.md, "Who may connect".
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { randomBytes } from 'node:crypto'
 import { TransferAgent, type TransferAgentOptions } from '../../dist/index.js'

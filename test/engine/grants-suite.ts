@@ -4,7 +4,8 @@
 // code). Each refusal is shown on the wire: a peer's table is forged back to
 // the keys it held (or to the region's own key) and a WRITE is posted with
 // them; it must fail with REM_ACCESS_ERR and leave the segment's bytes as
-// they were, while the other peers go on.
+// they were, while the other peers go on. Semantics: docs/access.md, "Who may
+// touch a segment".
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TransferAgent, type Peer, type Segment, type TransferAgentOptions } from '../../dist/index.js'
 import { fill, until, within, type EngineEnv } from './util.js'

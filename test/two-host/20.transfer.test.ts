@@ -17,7 +17,7 @@ const SEED = 20
  * (67 ms) the emulated guests answer late, the writer's rxe retransmits
  * spuriously, and rxe 6.1's retransmission can shift the PSNs of a write by
  * one (a zero-length WRITE ONLY): the far side then NAKs "invalid request"
- * (REM_INV_REQ_ERR). See docs/transfer.md, "Retransmission on Soft-RoCE".
+ * (REM_INV_REQ_ERR). See docs/softroce.md, "Retransmission on Soft-RoCE".
  */
 const ACK_TIMEOUT = 18
 

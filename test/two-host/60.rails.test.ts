@@ -6,7 +6,7 @@
 // rail), host 0 checks every byte, and both rails carried some. Last, rail 1's
 // wire is taken down on host 1 in the middle of a write: the write completes
 // on rail 0 with every byte right, and once the wire is back, a later
-// transfer (on a link made anew) moves bytes on rail 1 again.
+// transfer (on a link made anew) moves bytes on rail 1 again (docs/rails.md).
 import { execFileSync } from 'node:child_process'
 import { describe, expect } from 'vitest'
 import { Access, TransferAgent, connect, decodeDescriptors, encodeDescriptors, listen, openDevice, remoteRegion, type Connection, type ConnectionRequest, type Notification, type Peer } from '../../dist/index.js'

@@ -2,7 +2,7 @@
 // the option is checked before anything opens (TCP has no rails: a coded
 // refusal, not an option silently ignored), rates measured per rail give
 // their shares, and slices are striped in proportion to them. The rails
-// moving bytes are proven in test/two-host/60.rails.test.ts.
+// moving bytes are proven in test/two-host/60.rails.test.ts (docs/rails.md).
 import { describe, expect, it } from 'vitest'
 import { TransferAgent } from '../../dist/index.js'
 import { RailMeter, railDevices } from '../../lib/transfer/rails.js'
