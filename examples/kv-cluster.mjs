@@ -27,7 +27,9 @@
 //       node examples/kv-cluster.mjs --listen 10.0.0.1:7493 --agents prefill-0,prefill-1 --host 10.0.0.1
 //     host 1, a launcher that owns the decode agents:
 //       node examples/kv-cluster.mjs --role launcher --router 10.0.0.1:7493 --agents decode-0,decode-1 --host 10.0.0.2
-//     (two emulated guests: test/two-host/62.kv-cluster.test.ts runs exactly this)
+//     (test/two-host/62.kv-cluster.test.ts runs these two in two emulated guests, with --host from
+//     $SOFTROCE_ADDR and --requests 32 --ttl 15 --request-timeout-ms 10000)
+//     With --etcd URL instead of the private etcd, URL must be reachable from every host.
 //
 // Without --etcd the router starts a private etcd (scripts/etcd-server.mjs: free
 // ports of 127.0.0.1, or of the --listen address, a temporary data dir, stopped
