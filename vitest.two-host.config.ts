@@ -18,14 +18,15 @@ class ByName extends BaseSequencer {
 
 // `npm test` runs every file: 10, the transfer engine's 256 MiB (20), the
 // faults that fit in CI time (30: 1% and 5% loss, a link flap, a kill -9)
-// the lock table (40), the KV-cache example across the hosts (50), two rails (60), reached
-// by name (61) and of unequal speed (63). NODE_IBVERBS_TWO_HOST=all (`npm run
+// the lock table (40), the KV-cache example across the hosts (50), two rails (60), two rails found
+// by name (61), the kv-cluster example across the hosts (62) and two rails of unequal speed (63).
+// NODE_IBVERBS_TWO_HOST=all (`npm run
 // test:two-host:all`) is kept for files still being proven there.
 const all = process.env.NODE_IBVERBS_TWO_HOST === 'all'
 
 export default defineConfig({
   test: {
-    include: all ? ['test/two-host/**/*.test.ts'] : ['test/two-host/10.*.test.ts', 'test/two-host/20.*.test.ts', 'test/two-host/30.*.test.ts', 'test/two-host/40.*.test.ts', 'test/two-host/50.*.test.ts', 'test/two-host/60.*.test.ts', 'test/two-host/61.*.test.ts', 'test/two-host/63.*.test.ts'],
+    include: all ? ['test/two-host/**/*.test.ts'] : ['10', '20', '30', '40', '50', '60', '61', '62', '63'].map((n) => `test/two-host/${n}.*.test.ts`),
     pool: 'forks',
     poolOptions: { forks: { singleFork: true } },
     sequence: { sequencer: ByName },

@@ -22,11 +22,37 @@
 //   an etcd of your own (then scripts/etcd-server.mjs is not needed):
 //     node examples/kv-cluster.mjs --etcd http://10.0.0.5:2379
 //
+//   two hosts (here 10.0.0.1 and 10.0.0.2, each with an RDMA device on that address):
+//     host 0, the router, a private etcd on 10.0.0.1 and the prefill agents:
+//       node examples/kv-cluster.mjs --listen 10.0.0.1:7493 --agents prefill-0,prefill-1 --host 10.0.0.1
+//     host 1, a launcher that owns the decode agents:
+//       node examples/kv-cluster.mjs --role launcher --router 10.0.0.1:7493 --agents decode-0,decode-1 --host 10.0.0.2
+//     (test/two-host/62.kv-cluster.test.ts runs these two in two emulated guests, with --host from
+//     $SOFTROCE_ADDR and --requests 32 --ttl 15 --request-timeout-ms 10000)
+//     With --etcd URL instead of the private etcd, URL must be reachable from every host.
+//
 // Without --etcd the router starts a private etcd (scripts/etcd-server.mjs: free
-// ports of 127.0.0.1, a temporary data dir, stopped at the end). The router
-// talks to its agents over the child-process IPC channel: a stand-in for the
-// serving framework's RPC. Only the KV bytes and their notifications travel
-// over RDMA; names, addresses and liveness come from etcd.
+// ports of 127.0.0.1, or of the --listen address, a temporary data dir, stopped
+// at the end). The router talks to its agents over the child-process IPC
+// channel: a stand-in for the serving framework's RPC. Only the KV bytes and
+// their notifications travel over RDMA; names, addresses and liveness come
+// from etcd.
+//
+// Across hosts: the router can only fork processes on its own host, so each
+// other host runs a launcher (--role launcher) that connects to the router's
+// --listen address over plain TCP and says which agents it owns (--agents).
+// The router then drives those agents exactly as its own children: one JSON
+// object per line, {start, send, kill} from the router (start carries the
+// agent's arguments, the launcher adds its own --host and --device), {message,
+// exit} back, the agents' IPC messages relayed unchanged. So the kill and the
+// restart of decode-1 are done by the launcher that owns it (SIGKILL on its
+// host, then the same name and port again), on the router's word. At the end
+// the router stops every agent, sends the launchers its verdict and closes;
+// a launcher exits 0 only if the verdict is ok, and stops its agents if the
+// router goes away. The connection is neither authenticated nor encrypted:
+// a trusted network only, like the RPC it stands in for. Agents listen on
+// --host (else $SOFTROCE_ADDR, else their device's IPv4 address): it must be
+// reachable from the other hosts, as it is what etcd publishes.
 //
 // Fencing: each decode agent registers its pool as segment `kv-<incarnation>`
 // and the router names that segment in each request, so a write meant for an
@@ -34,12 +60,17 @@
 // with ERR_SEGMENT_UNKNOWN (or ERR_STALE_PEER at the handshake) and is
 // re-routed. See docs/cluster.md.
 import { fork } from 'node:child_process'
+import { once } from 'node:events'
+import { connect, createServer } from 'node:net'
+import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { exampleArgs, localAddress } from './cli-args.mjs'
 import { TransferAgent } from 'node-ibverbs'
 
 const usage = `usage: kv-cluster.mjs [--requests 48] [--window 4] [--block-kib 16] [--max-blocks 24] [--kill-after N] [--after-restart 8]
        [--ttl 5] [--request-timeout-ms 2000] [--max-attempts 8] [--timeout-ms 120000] [--etcd URL] [--host ADDR] [--device NAME]
+       [--listen ADDR:PORT --agents NAMES]     (the router, with launchers on other hosts)
+       kv-cluster.mjs --role launcher --router ADDR:PORT --agents NAMES [--host ADDR] [--device NAME] [--timeout-ms 120000]
        (internal: --role prefill|decode --name NAME --port N)`
 const { values: v, int } = exampleArgs(usage, {
   role: { type: 'string', default: 'router' },
@@ -58,6 +89,9 @@ const { values: v, int } = exampleArgs(usage, {
   etcd: { type: 'string' },
   host: { type: 'string' },
   device: { type: 'string' },
+  listen: { type: 'string' },
+  router: { type: 'string' },
+  agents: { type: 'string' },
 })
 const REQUESTS = int('requests', 1, 1 << 20)
 const WINDOW = int('window', 1, 64) // requests in flight at once
@@ -70,12 +104,13 @@ const TIMEOUT = int('timeout-ms', 1000, 2 ** 31 - 1)
 // Every request in flight fits in any one agent's pool (the router may send them all to one).
 const SLOTS = WINDOW * MAX_BLOCKS
 const PREFIX = '/node-ibverbs/kv-cluster/'
+const NAMES = ['decode-0', 'decode-1', 'prefill-0', 'prefill-1']
 const device = v.device ?? process.env.NODE_IBVERBS_DEVICE ?? process.env.SOFTROCE_DEVICE
 const self = fileURLToPath(import.meta.url)
 const t0 = performance.now()
 const TRACE = process.env.KV_CLUSTER_TRACE === '1'
 const trace = (text) => { if (TRACE) console.error(`[${((performance.now() - t0) / 1000).toFixed(3)} s] ${v.name ?? 'router'}: ${text}`) }
-const log = (text) => console.log(`[${((performance.now() - t0) / 1000).toFixed(1).padStart(5)} s] router: ${text}`)
+const log = (text) => console.log(`[${((performance.now() - t0) / 1000).toFixed(1).padStart(5)} s] ${v.role}: ${text}`)
 
 /** Deterministic contents of block `b` of the request seeded `seed` (whole 32-bit words): the decode side recomputes it. */
 function fill(bytes, seed, b) {
@@ -147,7 +182,7 @@ async function decodeAgent(name, endpoint, port) {
       misdelivered: m.to !== name || m.incarnation !== agent.id, blocks: m.slots.length, bad })
   })
   serveUntilStopped(agent, () => ({ checked }))
-  process.send({ type: 'ready', name, incarnation: agent.id, port: agent.port })
+  process.send({ type: 'ready', name, incarnation: agent.id, port: agent.port, pid: process.pid })
 }
 
 // --- prefill agent: computes a request's blocks and writes them to a decode agent
@@ -179,32 +214,157 @@ async function prefillAgent(name, endpoint) {
     }
   })
   serveUntilStopped(agent)
-  process.send({ type: 'ready', name, incarnation: agent.id, port: agent.port })
+  process.send({ type: 'ready', name, incarnation: agent.id, port: agent.port, pid: process.pid })
+}
+
+// --- where agents run: this host's children, or a launcher's on another host --
+// Both give the router the same handle: send(message), kill(), exited (the exit code or signal).
+
+/** Agents forked here, talking over the child-process IPC channel. */
+const here = {
+  where: 'this host',
+  start(name, args, onMessage) {
+    const child = fork(self, [...args, ...(v.host ? ['--host', v.host] : []), ...(device ? ['--device', device] : [])], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+    child.on('message', onMessage)
+    return {
+      send: (m) => { if (child.connected) child.send(m) },
+      kill: () => child.kill('SIGKILL'),
+      exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal))),
+    }
+  },
+}
+
+/** One JSON object per line over a TCP socket: returns send(object); `onMessage` gets each object received. */
+function jsonLines(socket, onMessage) {
+  createInterface({ input: socket, crlfDelay: Infinity }).on('line', (line) => {
+    if (!line) return
+    let m
+    try { m = JSON.parse(line) } catch { return void socket.destroy(new Error(`not JSON: ${line.slice(0, 80)}`)) }
+    onMessage(m)
+  })
+  return (m) => { if (!socket.destroyed && socket.writable) socket.write(`${JSON.stringify(m)}\n`) }
+}
+
+/** `ADDR:PORT` (an IPv6 address in brackets) as [host, port]. */
+function hostPort(text, option) {
+  const at = text.lastIndexOf(':')
+  const port = Number(text.slice(at + 1))
+  if (at < 1 || !Number.isInteger(port) || port < 1 || port > 65535) { console.error(`--${option} is ADDR:PORT, got ${text}\n${usage}`); process.exit(2) }
+  return [text.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port]
+}
+
+/** `--agents`: names out of NAMES, each once. */
+function agentNames(fallback) {
+  const names = v.agents === undefined ? fallback : v.agents.split(',').filter(Boolean)
+  const bad = names.filter((n, i) => !NAMES.includes(n) || names.indexOf(n) !== i)
+  if (bad.length) { console.error(`--agents takes names out of ${NAMES.join(',')}, each once; got ${v.agents}\n${usage}`); process.exit(2) }
+  return names
+}
+
+/**
+ * The router's end of a launcher's connection: it starts, kills and stops the launcher's agents on the
+ * router's word and relays their messages ({type: 'start'|'send'|'kill'|'end'} one way, {type: 'message'|'exit'} back).
+ */
+function remote(socket, send, host) {
+  const agents = new Map() // name -> { onMessage, exit } of the agent started last under that name
+  let gone = false
+  let ending = false
+  const where = `the launcher at ${host}`
+  const receive = (m) => {
+    const agent = agents.get(m.name)
+    if (m.type === 'message') agent?.onMessage(m.message)
+    else if (m.type === 'exit') agent?.exit(m.code)
+  }
+  socket.on('close', () => {
+    gone = true
+    if (!ending) log(`${where}: its connection closed (its agents are taken as exited)`)
+    for (const agent of agents.values()) agent.exit('its launcher is gone')
+  })
+  return {
+    where,
+    receive,
+    /** Sends the last word and ends the connection; resolves when it is closed (bounded). */
+    end: (m) => {
+      ending = true
+      send(m)
+      socket.end()
+      return Promise.race([once(socket, 'close'), new Promise((resolve) => setTimeout(resolve, 5000))])
+    },
+    start(name, args, onMessage) {
+      let exit
+      const exited = new Promise((resolve) => { exit = resolve })
+      agents.set(name, { onMessage, exit })
+      if (gone) exit('its launcher is gone')
+      else send({ type: 'start', name, args })
+      return { send: (message) => send({ type: 'send', name, message }), kill: () => send({ type: 'kill', name }), exited }
+    },
+  }
+}
+
+/**
+ * Waits until launchers (other hosts) have claimed every name in `wanted`: each connects to --listen and says
+ * {type: 'hello', agents, host}. Resolves with the server and a map name -> the remote() that owns it.
+ */
+async function acceptLaunchers(listen, wanted) {
+  const [host, port] = hostPort(listen, 'listen')
+  const owners = new Map()
+  let claimed
+  const all = new Promise((resolve) => { claimed = resolve })
+  const server = createServer((socket) => {
+    socket.setNoDelay(true)
+    let launcher
+    const send = jsonLines(socket, (m) => {
+      if (launcher) return launcher.receive(m)
+      const names = Array.isArray(m.agents) ? m.agents : []
+      const other = names.find((n) => !wanted.includes(n) || owners.has(n))
+      const refused = m.type !== 'hello' ? `${m.type} before hello` : !names.length ? 'no agents named' : other && `${other} is not this router's to give`
+      if (refused) {
+        send({ type: 'end', ok: false, line: `refused: ${refused} (it waits for launchers of ${wanted.filter((n) => !owners.has(n)).join(', ') || 'nothing'})` })
+        return void socket.end()
+      }
+      launcher = remote(socket, send, m.host ?? socket.remoteAddress)
+      for (const name of names) owners.set(name, launcher)
+      log(`${launcher.where} owns ${names.join(', ')}`)
+      if (wanted.every((n) => owners.has(n))) claimed()
+    })
+    socket.on('error', (error) => log(`a launcher's connection: ${error.message}`))
+  })
+  server.listen(port, host)
+  await once(server, 'listening')
+  log(`waiting at ${listen} for launchers of ${wanted.join(', ')}`)
+  if (wanted.length) {
+    let timer
+    await Promise.race([all, new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error(`no launcher claimed ${wanted.filter((n) => !owners.has(n)).join(', ')} within ${TIMEOUT} ms`)), TIMEOUT) })])
+      .finally(() => clearTimeout(timer))
+  }
+  return { server, owners }
 }
 
 // --- the router ---------------------------------------------------------------
-/** Starts an agent process; resolves with it once its agent is registered in etcd. */
-function spawnAgent(role, name, endpoint, port, onMessage) {
+/** Starts an agent process (here, or through the launcher that owns it); resolves with it once its agent is registered in etcd. */
+function spawnAgent(launcher, role, name, endpoint, port, onMessage) {
   const args = ['--role', role, '--name', name, '--etcd', endpoint, '--port', String(port),
     '--window', String(WINDOW), '--block-kib', String(BLOCK / 1024), '--max-blocks', String(MAX_BLOCKS),
-    '--ttl', String(TTL), '--request-timeout-ms', String(REQUEST_TIMEOUT), '--timeout-ms', String(TIMEOUT), ...(v.host ? ['--host', v.host] : []), ...(device ? ['--device', device] : [])]
-  const child = fork(self, args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
-  const agent = { role, name, child, incarnation: undefined, port: undefined, exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal))) }
+    '--ttl', String(TTL), '--request-timeout-ms', String(REQUEST_TIMEOUT), '--timeout-ms', String(TIMEOUT)]
+  const agent = { role, name, where: launcher.where, launcher, pid: undefined, incarnation: undefined, port: undefined }
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name} did not start within ${TIMEOUT} ms`)), TIMEOUT)
-    child.on('message', (m) => {
+    Object.assign(agent, launcher.start(name, args, (m) => {
       if (m.type === 'ready') {
         clearTimeout(timer)
-        Object.assign(agent, { incarnation: m.incarnation, port: m.port })
+        Object.assign(agent, { incarnation: m.incarnation, port: m.port, pid: m.pid })
         resolve(agent)
       }
       onMessage(agent, m)
-    })
+    }))
     agent.exited.then((code) => { clearTimeout(timer); reject(new Error(`${name} exited (${code}) before it was ready`)) })
   })
 }
 
 async function router() {
+  // The agents this process starts itself; with --listen, launchers on other hosts claim the others.
+  const mine = agentNames(NAMES)
+  if (!v.listen && mine.length < NAMES.length) { console.error(`--agents without --listen: nobody would start ${NAMES.filter((n) => !mine.includes(n)).join(', ')}\n${usage}`); process.exit(2) }
   let etcd
   let endpoint = v.etcd
   if (!endpoint) {
@@ -213,7 +373,8 @@ async function router() {
       console.error("etcd is not installed (Debian's etcd-server; in the guest: bash scripts/softroce.sh provision), or pass --etcd URL")
       process.exit(2)
     }
-    etcd = await startEtcd()
+    // With launchers elsewhere, on the address they connect to (free ports there), so that their agents reach it too.
+    etcd = await startEtcd(v.listen ? { host: hostPort(v.listen, 'listen')[0] } : {})
     endpoint = etcd.endpoint
     console.log(`etcd: ${endpoint} (private, data in ${etcd.dataDir})`)
   }
@@ -346,7 +507,7 @@ async function router() {
     attempt.timer = setTimeout(() => settleFailed(attempt, 'ETIMEDOUT', `no confirmation within ${TIMEOUT} ms`), TIMEOUT)
     request.current = attempt
     inFlight.add(attempt)
-    prefill.child.send({ type: 'write', id: request.id, attempt: attempt.n, seed: request.seed, decode: record.name, incarnation: record.incarnation, slots: attempt.slots })
+    prefill.send({ type: 'write', id: request.id, attempt: attempt.n, seed: request.seed, decode: record.name, incarnation: record.incarnation, slots: attempt.slots })
     if (kill.state === 'waiting' && record.name === 'decode-1' && stats.delivered >= killAfter) void killAndRestart()
   }
 
@@ -355,12 +516,12 @@ async function router() {
     const victim = agents.get('decode-1')
     const inFlightThere = [...inFlight].filter((a) => a.incarnation === victim.incarnation).length
     kill = { state: 'killed', incarnation: victim.incarnation, inFlight: inFlightThere }
-    log(`killing decode-1 (pid ${victim.child.pid}, incarnation ${victim.incarnation.slice(0, 8)}) with ${inFlightThere} request(s) in flight to it`)
-    victim.child.kill('SIGKILL')
-    await victim.exited
-    log(`decode-1 is dead; restarting it as decode-1 on port ${victim.port}`)
+    log(`killing decode-1 (pid ${victim.pid} on ${victim.where}, incarnation ${victim.incarnation.slice(0, 8)}) with ${inFlightThere} request(s) in flight to it`)
+    victim.kill() // SIGKILL, by the process that forked it
+    const how = await victim.exited
+    log(`decode-1 is dead (${how}); restarting it as decode-1 on port ${victim.port}`)
     try {
-      const again = await spawnAgent('decode', 'decode-1', endpoint, victim.port, onMessage)
+      const again = await spawnAgent(victim.launcher, 'decode', 'decode-1', endpoint, victim.port, onMessage)
       agents.set('decode-1', again)
       kill.state = 'restarted'
       pending.push(...held.splice(0))
@@ -375,15 +536,20 @@ async function router() {
   }
 
   let exitCode = 1
+  let verdict = 'FAILED: the router stopped before the end'
+  let launchers
   try {
-    const names = ['decode-0', 'decode-1', 'prefill-0', 'prefill-1']
-    for (const agent of await Promise.all(names.map((name) => spawnAgent(name.split('-')[0], name, endpoint, 0, onMessage)))) agents.set(agent.name, agent)
+    const names = NAMES
+    if (v.listen) launchers = await acceptLaunchers(v.listen, names.filter((n) => !mine.includes(n)))
+    const launcherOf = (name) => launchers?.owners.get(name) ?? here
+    for (const agent of await Promise.all(names.map((name) => spawnAgent(launcherOf(name), name.split('-')[0], name, endpoint, 0, onMessage)))) agents.set(agent.name, agent)
     // Wait until the router's watch shows all four (they registered before saying 'ready').
     for (const deadline = Date.now() + TIMEOUT; !names.every((n) => view.members().has(n));) {
       if (Date.now() > deadline) throw new Error(`the router's view lacks ${names.filter((n) => !view.members().has(n)).join(', ')}`)
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
     log(`${[...view.members().values()].map((r) => `${r.name} at ${r.addresses[0].host}:${r.addresses[0].port}`).join(', ')}`)
+    if (launchers) log(names.map((n) => `${n} on ${agents.get(n).where}`).join(', '))
     log(`${REQUESTS} requests of ${Math.ceil(MAX_BLOCKS / 3)}..${MAX_BLOCKS} blocks of ${BLOCK / 1024} KiB, ${WINDOW} in flight; decode-1 is killed after ${killAfter}`)
     running = true
     schedule()
@@ -400,27 +566,86 @@ async function router() {
       `rerouted=${stats.rerouted.size} failed_attempts=${[...failures.values()].reduce((a, b) => a + b, 0)} misdelivered=${stats.misdelivered} bad_blocks=${stats.bad} ` +
       `stale_reports=${stats.stale} killed=${kill.state === 'waiting' ? 0 : 1} in_flight_at_kill=${kill.inFlight ?? 0} seconds=${seconds.toFixed(1)}`)
     const ok = lost === 0 && stats.misdelivered === 0 && stats.bad === 0 && kill.state === 'restarted'
-    console.log(ok ? `ok: all ${REQUESTS} requests delivered once and every block verified (${(stats.bytes / 2 ** 20).toFixed(1)} MiB); ${stats.rerouted.size} re-routed after decode-1 was killed`
-      : `FAILED: ${lost} lost, ${stats.misdelivered} misdelivered, ${stats.bad} bad blocks${kill.state === 'restarted' ? '' : ', decode-1 was not killed and restarted'}`)
+    verdict = ok ? `ok: all ${REQUESTS} requests delivered once and every block verified (${(stats.bytes / 2 ** 20).toFixed(1)} MiB); ${stats.rerouted.size} re-routed after decode-1 was killed`
+      : `FAILED: ${lost} lost, ${stats.misdelivered} misdelivered, ${stats.bad} bad blocks${kill.state === 'restarted' ? '' : ', decode-1 was not killed and restarted'}`
+    console.log(verdict)
     exitCode = ok ? 0 : 1
   } catch (error) {
     console.error(`router: ${error.stack ?? error}`)
   } finally {
     // Children close their agents (leases revoked) and exit; anything left after the bound is killed.
-    for (const agent of agents.values()) if (agent.child.connected) agent.child.send({ type: 'stop' })
+    for (const agent of agents.values()) agent.send({ type: 'stop' })
     await Promise.all([...agents.values()].map((agent) => Promise.race([agent.exited, new Promise((resolve) => setTimeout(resolve, 15_000))])))
-    for (const agent of agents.values()) agent.child.kill('SIGKILL')
+    for (const agent of agents.values()) agent.kill()
+    // Launchers hear the verdict, then their connection ends (they exit with it).
+    await Promise.all([...new Set(launchers?.owners.values() ?? [])].map((launcher) => launcher.end({ type: 'end', ok: exitCode === 0, line: verdict })))
+    launchers?.server.close()
     await view.close()
     await etcd?.stop()
   }
   process.exit(exitCode)
 }
 
+// --- a launcher: the agents of this host, started, killed and stopped on the router's word ---
+async function launcher() {
+  if (!v.router || v.agents === undefined) { console.error(`--role launcher needs --router ADDR:PORT and --agents NAMES\n${usage}`); process.exit(2) }
+  const [host, port] = hostPort(v.router, 'router')
+  const names = agentNames([])
+  // The router may not listen yet (it starts etcd first): dial again until it answers, within --timeout-ms.
+  let socket
+  for (const deadline = Date.now() + TIMEOUT; !socket;) {
+    const attempt = connect({ host, port })
+    try {
+      await once(attempt, 'connect')
+      socket = attempt
+    } catch (error) {
+      attempt.destroy()
+      if (Date.now() > deadline) { console.error(`launcher: the router at ${v.router} did not answer within ${TIMEOUT} ms: ${error.message}`); process.exit(1) }
+      await new Promise((resolve) => setTimeout(resolve, 500))
+    }
+  }
+  socket.setNoDelay(true)
+  const children = new Map() // name -> the handle of the agent started last under that name
+  let last
+  const send = jsonLines(socket, (m) => {
+    if (m.type === 'start') {
+      if (!names.includes(m.name)) return send({ type: 'exit', name: m.name, code: `not one of ${names.join(',')}` })
+      // The router's arguments; this host's own --host and --device (here.start adds them).
+      const child = here.start(m.name, m.args, (message) => send({ type: 'message', name: m.name, message }))
+      children.set(m.name, child)
+      child.exited.then((code) => {
+        if (children.get(m.name) === child) children.delete(m.name)
+        send({ type: 'exit', name: m.name, code })
+      })
+      log(`started ${m.name}`)
+    } else if (m.type === 'send') {
+      children.get(m.name)?.send(m.message)
+    } else if (m.type === 'kill') {
+      log(`killing ${m.name} (SIGKILL), as the router asks`)
+      children.get(m.name)?.kill()
+    } else if (m.type === 'end') {
+      last = m
+    }
+  })
+  socket.on('error', (error) => log(`the router's connection: ${error.message}`))
+  send({ type: 'hello', agents: names, host: localAddress(v.host, device) })
+  log(`connected to the router at ${v.router}, for ${names.join(', ')}`)
+  await once(socket, 'close')
+  // The router is done (or gone): what is left stops (stop, else SIGKILL after 15 s).
+  const left = [...children.values()]
+  for (const child of left) child.send({ type: 'stop' })
+  await Promise.all(left.map((child) => Promise.race([child.exited, new Promise((resolve) => setTimeout(resolve, 15_000))])))
+  for (const child of left) child.kill()
+  console.log(last ? `the router's verdict: ${last.line}` : 'FAILED: the router went away without a verdict')
+  process.exit(last?.ok ? 0 : 1)
+}
+
 if (v.role === 'router') await router()
+else if (v.role === 'launcher') await launcher()
 else if (v.role === 'decode' || v.role === 'prefill') {
   if (!v.name || !v.etcd) { console.error(`--role ${v.role} needs --name and --etcd\n${usage}`); process.exit(2) }
   await (v.role === 'decode' ? decodeAgent(v.name, v.etcd, int('port', 0, 65535)) : prefillAgent(v.name, v.etcd))
 } else {
-  console.error(`--role is router, prefill or decode\n${usage}`)
+  console.error(`--role is router, launcher, prefill or decode\n${usage}`)
   process.exit(2)
 }
