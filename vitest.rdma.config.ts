@@ -7,7 +7,7 @@ import { defineConfig } from 'vitest/config'
 // emulated guest and have not yet passed there: `npm run test:limits` runs
 // them (NODE_IBVERBS_RDMA=all) until they join `npm test` (issue 11's note).
 // NODE_IBVERBS_RDMA_WITH (file names, comma-separated) takes some of them
-// back: scripts/test-asan.mjs runs 112 under the sanitizers.
+// back: scripts/test-asan.mjs runs all three under the sanitizers.
 const all = process.env.NODE_IBVERBS_RDMA === 'all'
 const taken = (process.env.NODE_IBVERBS_RDMA_WITH ?? '').split(',').filter(Boolean)
 const limits = ['112.exhaustion', '113.workers', '114.fork'].filter((name) => !taken.includes(name))

@@ -20,8 +20,8 @@ class ByName extends BaseSequencer {
 // faults that fit in CI time (30: 1% and 5% loss, a link flap, a kill -9)
 // the lock table (40), the KV-cache example across the hosts (50), two rails (60), two rails found
 // by name (61), the kv-cluster example across the hosts (62) and two rails of unequal speed (63).
-// NODE_IBVERBS_TWO_HOST=all (`npm run
-// test:two-host:all`) is kept for files still being proven there.
+// NODE_IBVERBS_TWO_HOST=all (`npm run test:two-host:all`) is kept for files still being
+// proven there.
 const all = process.env.NODE_IBVERBS_TWO_HOST === 'all'
 
 export default defineConfig({

@@ -92,9 +92,11 @@ async function runSanitized() {
     UBSAN_OPTIONS: `halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=${reports}/ubsan`,
     // 97.consumer's installed copy loads this build (NODE_IBVERBS_ADDON) rather than its prebuild.
     NODE_IBVERBS_SANITIZED: '1',
-    // 112.exhaustion is left out of `npm test` (vitest.rdma.config.ts); its native paths (thousands of
-    // objects created and closed, 2000 CQs on one channel fd, refusals past the limits) run here.
-    NODE_IBVERBS_RDMA_WITH: '112.exhaustion',
+    // 112-114 are left out of `npm test` (vitest.rdma.config.ts); their native paths run here:
+    // thousands of objects created and closed, 2000 CQs on one channel fd, refusals past the limits
+    // (112); four worker threads moving data at once and terminated with requests in flight (113);
+    // fork() and spawned children while traffic flows (114). 113 and 114 add ~120 s of tests.
+    NODE_IBVERBS_RDMA_WITH: '112.exhaustion,113.workers,114.fork',
     // Smaller sizes, the same native paths (a caller's own values win):
     // 101's resume: a 256 MiB write cut and resumed (4096 blocks of 64 KiB), not 1 GiB: the same
     // cut, landed bitmap and resend, a quarter of the bytes to hash in JS.
