@@ -38,7 +38,7 @@ const rails = [
   { env: { ...env, deviceName: rail1Device, gidIndex: roceV2Ipv4GidIndex(rail1Device) }, peer: process.env.SOFTROCE_RAIL1_PEER_ADDR, local: process.env.SOFTROCE_RAIL1_ADDR },
 ]
 const devices = [env.deviceName, rail1Device]
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2 }
+const median = (all) => { const xs = all.filter((x) => !Number.isNaN(x)); const s = [...xs].sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2 }
 /** ib_write_bw moving the transfer's bytes in 64 KiB messages, on rail `r`. */
 const perftestOn = (r, port) => perftestArgs(rails[r].env, { test: 'write_bw', size: SIZE, iters: BYTES / SIZE, txDepth: TX_DEPTH }, port)
 /** Each round's perftest runs: [rails used, port offset] (both: two servers and two clients at once). */
@@ -89,9 +89,9 @@ if (env.host === '0') {
     for (const [i, [used]] of PERFTEST_RUNS.entries()) {
       const clients = await Promise.all(used.map((r, k) => { const [tool, args] = perftestOn(r, port + k); return perftestClient(tool, args, rails[r].peer, TIMEOUT_MS) }))
       port += 2
-      const results = clients.map((c) => parse(c.out))
+      const results = clients.map((c) => { const r = parse(c.out); return r && r.mbPerSec > 0 ? r : undefined }) // 0: a client that moved nothing
       if (results.some((r) => !r)) console.error(`ib_write_bw client gave no result:\n${clients.map((c) => c.out).join('\n')}`)
-      else perftest[i].mbps.push(results.reduce((sum, r) => sum + r.mbPerSec, 0))
+      perftest[i].mbps.push(results.some((r) => !r) ? NaN : results.reduce((sum, r) => sum + r.mbPerSec, 0)) // NaN: this round has no figure
       console.error(`  [r${round + 1}] ${perftest[i].label}: ${results.map((r) => r ? r.mbPerSec.toFixed(1) : 'n/a').join(' + ')} MB/s`)
     }
     for (const c of cases) {
@@ -118,10 +118,11 @@ if (env.host === '0') {
   await Promise.all(cases.map((c) => c.agent.close()))
   const [rail0, , both] = perftest
   const ratio = (xs, ys) => median(xs.map((x, i) => x / ys[i]))
+  const spread = (all) => { const xs = all.filter((x) => !Number.isNaN(x)); return `${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)}` }
   console.log(`\nRails across two hosts (two QEMU guests, rxe0 and rxe1 on their own wires), ${MIB} MiB per run in 64 KiB blocks, ${ROUNDS} rounds, medians; engine: ${QPS} QPs per rail; ratio against ib_write_bw (-t ${TX_DEPTH}) of the same rails in the same round\n`)
   console.log('| run | MB/s | spread | ratio |')
   console.log('|---|---:|---|---:|')
-  for (const p of perftest) console.log(`| ${p.label} | ${median(p.mbps).toFixed(1)} | ${Math.min(...p.mbps).toFixed(1)}–${Math.max(...p.mbps).toFixed(1)} | |`)
-  console.log(`| ${cases[0].label} | ${median(cases[0].mbps).toFixed(1)} | ${Math.min(...cases[0].mbps).toFixed(1)}–${Math.max(...cases[0].mbps).toFixed(1)} | ${ratio(cases[0].mbps, rail0.mbps).toFixed(2)} (rail 0) |`)
-  console.log(`| ${cases[1].label} (rail 1's share ${(100 * median(cases[1].shares)).toFixed(0)}%) | ${median(cases[1].mbps).toFixed(1)} | ${Math.min(...cases[1].mbps).toFixed(1)}–${Math.max(...cases[1].mbps).toFixed(1)} | ${ratio(cases[1].mbps, both.mbps).toFixed(2)} (rails 0+1 at once) |`)
+  for (const p of perftest) console.log(`| ${p.label} | ${median(p.mbps).toFixed(1)} | ${spread(p.mbps)} | |`)
+  console.log(`| ${cases[0].label} | ${median(cases[0].mbps).toFixed(1)} | ${spread(cases[0].mbps)} | ${ratio(cases[0].mbps, rail0.mbps).toFixed(2)} (rail 0) |`)
+  console.log(`| ${cases[1].label} (rail 1's share ${(100 * median(cases[1].shares)).toFixed(0)}%) | ${median(cases[1].mbps).toFixed(1)} | ${spread(cases[1].mbps)} | ${ratio(cases[1].mbps, both.mbps).toFixed(2)} (rails 0+1 at once) |`)
 }
