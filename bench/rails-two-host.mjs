@@ -14,12 +14,8 @@
 import { TransferAgent } from 'node-ibverbs'
 import { kvLayout } from '../dist/cli/bench-transfer.js'
 import { parse, roceV2Ipv4GidIndex, run } from './perftest.mjs'
-import { perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
+import { arg, median, perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
 
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? process.argv[i + 1] : fallback
-}
 const ROUNDS = Number(arg('rounds', 3))
 const MIB = Number(arg('mib', 64))
 const QPS = Number(arg('qps', 2))
@@ -38,7 +34,6 @@ const rails = [
   { env: { ...env, deviceName: rail1Device, gidIndex: roceV2Ipv4GidIndex(rail1Device) }, peer: process.env.SOFTROCE_RAIL1_PEER_ADDR, local: process.env.SOFTROCE_RAIL1_ADDR },
 ]
 const devices = [env.deviceName, rail1Device]
-const median = (all) => { const xs = all.filter((x) => !Number.isNaN(x)); const s = [...xs].sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2 }
 /** ib_write_bw moving the transfer's bytes in 64 KiB messages, on rail `r`. */
 const perftestOn = (r, port) => perftestArgs(rails[r].env, { test: 'write_bw', size: SIZE, iters: BYTES / SIZE, txDepth: TX_DEPTH }, port)
 /** Each round's perftest runs: [rails used, port offset] (both: two servers and two clients at once). */

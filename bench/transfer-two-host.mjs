@@ -13,12 +13,8 @@
 import { TransferAgent } from 'node-ibverbs'
 import { kvLayout } from '../dist/cli/bench-transfer.js'
 import { parse, run } from './perftest.mjs'
-import { perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
+import { arg, median, perftestArgs, perftestClient, sleep, twoHostEnv } from './two-host-setup.mjs'
 
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? process.argv[i + 1] : fallback
-}
 const ROUNDS = Number(arg('rounds', 3))
 const MIB = Number(arg('mib', 64))
 const QPS = arg('qps', '1,4').split(',').map(Number)
@@ -35,7 +31,6 @@ const AGENT_PORT = 7473
 const TIMEOUT_MS = 600_000
 const env = twoHostEnv('bench/transfer-two-host.mjs')
 const { host, peer: peerAddr, local, deviceName } = env
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2 }
 
 /** The source segment's bytes: a function of the offset both hosts can compute (period: a prime above 64 KiB). */
 const PERIOD = 65521

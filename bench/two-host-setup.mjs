@@ -6,6 +6,19 @@ import { PERFTEST, roceV2Ipv4GidIndex, run } from './perftest.mjs'
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
+/** The value after `--name` on the command line, or `fallback`. */
+export function arg(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? process.argv[i + 1] : fallback
+}
+
+/** The median of the numbers in `all`, NaN (a run with no figure) left out. */
+export function median(all) {
+  const s = all.filter((x) => !Number.isNaN(x)).sort((a, b) => a - b)
+  const n = s.length
+  return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2
+}
+
 /**
  * The two-host topology's environment: host '0' or '1', the peer's and this
  * guest's address, the device and its RoCE v2 GID index. Throws, naming
