@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm test`: host-only unit tests, then the RDMA suites with a real device
+// `npm test`: the type check (lib/ and test/), host-only unit tests, then the RDMA suites with a real device
 // (scripts/softroce.sh: native rxe where the kernel has it, else a QEMU guest).
 // Under CI=true (or NODE_IBVERBS_REQUIRE_RDMA=1) RDMA suites that cannot run,
 // or that skip any test, are a failure; a plain developer run skips them with
@@ -26,7 +26,20 @@ function run(command, args) {
 }
 
 const vitest = join(root, 'node_modules', '.bin', 'vitest')
-console.log('== unit tests (host) ==')
+const tsc = join(root, 'node_modules', '.bin', 'tsc')
+console.log('== type check ==')
+// `npm run typecheck`: lib/ as the build compiles it, then the tests (tsconfig.test.json;
+// vitest only strips their types). Any error fails the run before the suites start.
+for (const args of [['-p', 'tsconfig.json', '--noEmit'], ['-p', 'tsconfig.test.json']]) {
+  const checked = await run(tsc, args)
+  if (checked.code !== 0) {
+    console.log(`\ntype check failed: tsc ${args.join(' ')} (exit ${checked.code}); the suites did not run`)
+    process.exit(1)
+  }
+}
+console.log('no type errors (lib/ and test/)')
+
+console.log('\n== unit tests (host) ==')
 const unit = await run(vitest, ['run', '--config', 'vitest.unit.config.ts', ...extra])
 
 console.log('\n== RDMA suites (real device via scripts/softroce.sh) ==')

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { listDevices, openDevice, RdmaError } from '../../dist/index.js'
 import { native } from '../../dist/native/addon.js'
+import { internals } from '../internals.js'
 import { testDevice } from './helpers.js'
 import { envMissing, needs } from './needs.js'
 import { kernelDevices } from '../unit/kernel-devices.js'
@@ -77,13 +78,13 @@ describe('devices on Soft-RoCE', () => {
     const pd = device.allocPd()
     try {
       const live = new native.NativeBuffer(4096)
-      const region = new native.MemoryRegion(pd.handle, live, 1)
+      const region = new native.MemoryRegion(internals(pd).handle, live, 1)
       expect(region.info().length).toBe(4096)
       region.close()
       const released = new native.NativeBuffer(4096)
       released.release()
       let error: { code?: string; message?: string } | undefined
-      try { new native.MemoryRegion(pd.handle, released, 1) } catch (e) { error = e as Error }
+      try { new native.MemoryRegion(internals(pd).handle, released, 1) } catch (e) { error = e as Error }
       expect(error).toMatchObject({ code: 'ERR_CLOSED', message: 'NativeBuffer is released' })
     } finally {
       pd.close()

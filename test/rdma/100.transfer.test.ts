@@ -62,7 +62,7 @@ describe('RDMA: QPs, the device\'s enforcement, the ACK timeout', () => {
       const peer = await agent.connect({ host, port: server.port, timeoutMs: 20_000 })
       const mine = Buffer.alloc(8192, 7)
       const held = server.register('held', { memory: mine, remote: 'read-write' })
-      const { addr, rkey } = held.region.describe()
+      const { addr, rkey } = (held.region as MemoryRegion).describe()
       await until(() => peer.segments.has('held'), 'the client to see held')
       const pending = qp.recv((held.region as MemoryRegion).slice(0, 64)).catch((e: unknown) => e)
       const timedOut = await server.unregister(held, { timeoutMs: 50 }).catch((e: unknown) => e)

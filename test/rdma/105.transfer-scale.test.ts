@@ -109,7 +109,7 @@ describe(`transfers between segments over 4 GiB (${full ? 'full: > 4 GiB per cal
       rig = undefined
       ;(globalThis as { gc?: () => void }).gc?.()
       const perf: Record<string, number> = {}
-      for (const test of ['write_bw', 'read_bw']) {
+      for (const test of ['write_bw', 'read_bw'] as const) {
         const r = await perftest({ test, size: config.blockSize, iters: config.blocks, txDepth: 128, device, gidIndex, addr: host, timeoutMs: 1_200_000 }) as { mbPerSec: number; command: string }
         perf[test] = r.mbPerSec
         console.log(`[105.scale] ${r.command}: ${r.mbPerSec.toFixed(1)} MiB/s`)

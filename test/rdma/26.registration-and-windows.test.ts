@@ -32,6 +32,7 @@ describe('registering JS buffers', () => {
     const resizable = new ArrayBuffer(4096, { maxByteLength: 8192 })
     const growable = new SharedArrayBuffer(4096, { maxByteLength: 8192 })
     for (const memory of [resizable, new Uint8Array(resizable, 0, 4096), growable, new Uint8Array(growable)]) {
+      // @ts-expect-error a bare SharedArrayBuffer is not RegisterableMemory: on purpose, the run-time check must refuse a growable one too
       expect(() => a.pd.registerMemory(memory, Access.LocalWrite)).toThrow(expect.objectContaining({ code: 'ERR_RESIZABLE' }))
     }
     resizable.resize(16) // still the caller's: nothing was registered

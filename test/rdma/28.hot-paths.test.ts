@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Device, type RdmaError } from '../../dist/index.js'
 import { CQ_DISPATCH } from '../../dist/verbs/completion-queue.js'
 import { SEND_POSTER_ONE_POLL } from '../../dist/native/addon.js'
+import { internals } from '../internals.js'
 import { connectedPair, openTestPair, pattern, setU64, u64, within, type Side } from './helpers.js'
 
 let device: Device
@@ -178,16 +179,16 @@ describe('hot paths', () => {
 
   it('the hot-path functions leave the count of their poll in the CQ\'s count word (the output\'s last word), never a stale one', async () => {
     type NativeCq = new (context: unknown, entries: number, output: Uint32Array, onCompletions: () => void, compVector: number) => { close(): void }
-    const NativeCompletionQueue = (a.cq.handle as unknown as { constructor: NativeCq }).constructor
+    const NativeCompletionQueue = (internals(a.cq).handle as unknown as { constructor: NativeCq }).constructor
     // N completions of 16 words, then the count word: any other length is refused.
     for (const length of [0, 16, 32, 18]) {
-      expect(() => new NativeCompletionQueue(device.handle, 16, new Uint32Array(length), () => {}, 0), `length ${length}`)
+      expect(() => new NativeCompletionQueue(internals(device).handle, 16, new Uint32Array(length), () => {}, 0), `length ${length}`)
         .toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }))
     }
-    new NativeCompletionQueue(device.handle, 16, new Uint32Array(17), () => {}, 0).close()
+    new NativeCompletionQueue(internals(device).handle, 16, new Uint32Array(17), () => {}, 0).close()
     // The words the addon polls into (the dispatch's, lib/ops/dispatch.ts) cannot be detached by a transfer.
-    const countWord = a.cq[CQ_DISPATCH].countWord
-    structuredClone(countWord, { transfer: [countWord.buffer] })
+    const countWord = internals(a.cq)[CQ_DISPATCH].countWord
+    structuredClone(countWord, { transfer: [countWord.buffer as ArrayBuffer] }) // an ArrayBuffer: never shared memory
     expect(countWord.buffer.byteLength).toBeGreaterThan(0)
     // Three tagged READs complete; a poll reports what is left of them (the busy CQ's spin may have
     // reported some): the count it returns is the number of reports it delivered.
@@ -214,9 +215,9 @@ describe('hot paths', () => {
     const { a: x, b: y, close } = await connectedPair(device, { size: 4096, pollMode: 'busy' })
     try {
       type Post = () => void
-      const handle = x.qp.handle as unknown as { sendPoster(words: Uint32Array, cq?: unknown, kind?: number): Post }
+      const handle = internals(x.qp).handle as unknown as { sendPoster(words: Uint32Array, cq?: unknown, kind?: number): Post }
       const bind = handle.sendPoster.bind(handle)
-      const word = x.cq[CQ_DISPATCH].countWord
+      const word = internals(x.cq)[CQ_DISPATCH].countWord
       const seen: number[] = []
       const wrapped = (words: Uint32Array, cq?: unknown, kind?: number): Post => {
         const post = bind(words, cq, kind)
@@ -238,7 +239,7 @@ describe('hot paths', () => {
     try {
       // Count the calls of the native post functions the QP binds (it binds them on first use, after this).
       type Post = (...args: number[]) => unknown
-      const handle = x.qp.handle as unknown as { sendPoster(words: Uint32Array, cq?: unknown, kind?: number): Post }
+      const handle = internals(x.qp).handle as unknown as { sendPoster(words: Uint32Array, cq?: unknown, kind?: number): Post }
       const bind = handle.sendPoster.bind(handle)
       let single = 0
       const batches: number[] = [] // the count of each batch post

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import { Access, type AsyncEvent, type Device } from '../../dist/index.js'
 import { native } from '../../dist/native/addon.js'
+import { internals } from '../internals.js'
 import { ALL_ACCESS, connectedPair, srqPair, testDevice, within } from './helpers.js'
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url))
@@ -57,8 +58,8 @@ describe('close: newest first and regions last, transactional, driven by return 
   it('natively, a PD closes its children newest first: a window bound to an older region closes before it', async () => {
     const { pair, pd } = await boundWindow(false)
     try {
-      pd.handle.close() // the native close, which the environment cleanup hook also uses
-      expect(() => pd.handle.handle).toThrow(/closed/)
+      internals(pd).handle.close() // the native close, which the environment cleanup hook also uses
+      expect(() => internals(pd).handle.handle).toThrow(/closed/)
     } finally {
       pair.close()
     }
@@ -68,8 +69,8 @@ describe('close: newest first and regions last, transactional, driven by return 
     // Newest first alone would deregister the region first, which rxe refuses (EINVAL) while a window is bound to it.
     const { pair, pd } = await boundWindow(true)
     try {
-      pd.handle.close() // the native close, which the environment cleanup hook also uses
-      expect(() => pd.handle.handle).toThrow(/closed/)
+      internals(pd).handle.close() // the native close, which the environment cleanup hook also uses
+      expect(() => internals(pd).handle.handle).toThrow(/closed/)
     } finally {
       pair.close()
     }
@@ -79,18 +80,18 @@ describe('close: newest first and regions last, transactional, driven by return 
     const { pair, pd, region, mw } = await boundWindow(true)
     try {
       let error: (Error & { code?: string; syscall?: string }) | undefined
-      try { region.handle.close() } catch (e) { error = e as Error }
+      try { internals(region).handle.close() } catch (e) { error = e as Error }
       expect(error).toMatchObject({ code: 'EINVAL', syscall: 'ibv_dereg_mr' })
-      expect(pd.handle.handle).toBeGreaterThan(0) // still open
-      expect(region.handle.info().rkey).toBe(region.rkey)
-      expect(mw.handle.rkey).toBeGreaterThan(0)
+      expect(internals(pd).handle.handle).toBeGreaterThan(0) // still open
+      expect(internals(region).handle.info().rkey).toBe(region.rkey)
+      expect(internals(mw).handle.rkey).toBeGreaterThan(0)
       // The region still works: a write through it lands.
       pair.a.region.bytes.fill(0x5a, 0, 64)
       await pair.a.qp.write(pair.a.region.slice(0, 64), region.asRemote().slice(4096, 64))
       expect(region.bytes[4096]).toBe(0x5a)
       mw.close()
-      pd.handle.close()
-      expect(() => pd.handle.handle).toThrow(/closed/)
+      internals(pd).handle.close()
+      expect(() => internals(pd).handle.handle).toThrow(/closed/)
     } finally {
       pair.close()
     }
@@ -171,7 +172,7 @@ describe('failures reject what waits', () => {
     try {
       const received = b.qp.recv(b.region.slice(0, 64))
       // What the addon delivers for IBV_EVENT_CQ_ERR (0) on this CQ (rxe reports an overrun so).
-      device.onAsyncEvent(0, b.cq.kernelHandle)
+      internals(device).onAsyncEvent(0, internals(b.cq).kernelHandle)
       await expect(within(received)).rejects.toMatchObject({ name: 'RdmaError', code: 'CQ_ERR' })
       expect(errors).toHaveLength(1)
       expect(errors[0]).toMatchObject({ code: 'CQ_ERR' })
@@ -189,7 +190,7 @@ describe('failures reject what waits', () => {
     try {
       const first = pair.a.qp.recv(pair.a.region.slice(0, 64))
       const second = pair.b.qp.recv(pair.b.region.slice(0, 64))
-      other.onAsyncEvent(8, 0)
+      internals(other).onAsyncEvent(8, 0)
       await expect(within(first)).rejects.toMatchObject({ code: 'DEVICE_FATAL' })
       await expect(within(second)).rejects.toMatchObject({ code: 'DEVICE_FATAL' })
     } finally {
@@ -208,7 +209,7 @@ describe('failures reject what waits', () => {
     device.on('error', onError)
     try {
       const received = b.qp.recv(b.region.slice(0, 64))
-      b.cq.handle.simulateFdError()
+      internals(b.cq).handle.simulateFdError()
       await expect(within(received)).rejects.toMatchObject({ code: 'EIO', errno: 5, syscall: 'ibv_get_cq_event' })
       expect(errors[0]).toMatchObject({ code: 'EIO', syscall: 'ibv_get_cq_event' })
       expect(b.cq.error).toBe(errors[0])

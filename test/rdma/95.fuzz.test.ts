@@ -281,7 +281,7 @@ function allocSize(size: unknown): number {
   return typeof size === 'number' && size > ALLOC_LIMIT && size <= Number.MAX_SAFE_INTEGER ? 2 ** 53 : size as number
 }
 
-function push<T>(list: T[], value: unknown, type: abstract new (...args: never[]) => T): void {
+function push<T>(list: T[], value: unknown, type: abstract new (...args: never) => T): void { // `never`: the API's classes are not constructible
   if (value instanceof type) list.push(value)
 }
 
@@ -498,7 +498,7 @@ const OPS: Record<string, Op> = {
     invoke(w, 'QueuePair.invalidate', () => pick(w.qps, a.i)?.invalidate(arg(a, rkey) as number, options(w, a) as never))
   },
   createSrq: (w, a) => push(w.srqs, invoke(w, 'ProtectionDomain.createSrq', () => pick(w.pds, a.i)?.createSrq(arg(a, { maxWr: 1 + a.n % 32, maxSge: 1 + a.m % 3 }) as never)), SharedReceiveQueue),
-  'srq.recv': (w, a) => void invoke(w, 'SharedReceiveQueue.recv', () => pick(w.srqs, a.i)?.recv(localArg(w, a), options(w, a) as never)),
+  'srq.recv': (w, a) => void invoke(w, 'SharedReceiveQueue.recv', () => pick(w.srqs, a.i)?.recv(localArg(w, a) as never, options(w, a) as never)),
   'srq.arm': (w, a) => void invoke(w, 'SharedReceiveQueue.arm', () => pick(w.srqs, a.i)?.arm(arg(a, 1 + a.m % 40) as number)),
   'srq.query': (w, a) => void invoke(w, 'SharedReceiveQueue.query', () => pick(w.srqs, a.i)?.query()),
   createAddressHandle: (w, a) => {
@@ -528,7 +528,7 @@ const OPS: Record<string, Op> = {
       () => pick(w.qps, a.i)?.recv(wrong as never),
       () => pick(w.qps, a.i)?.bindWindow(wrong as never, wrong as never, 0),
       () => pick(w.pds, a.i)?.registerMemory(wrong as never),
-      () => pick(w.srqs, a.i)?.recv(wrong),
+      () => pick(w.srqs, a.i)?.recv(wrong as never),
       () => pick(w.qps, a.i)?.connect(wrong as never),
     ]
     invoke(w, 'wrongClass', targets[a.k % targets.length]!)

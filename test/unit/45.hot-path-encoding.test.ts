@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest'
 import { WorkRequestEncoder, type SendWr } from '../../lib/ops/encoder.js'
 import { SendFlags, WrOpcode } from '../../lib/core/constants.js'
 import { smallU64 } from '../../lib/core/u64.js'
-import type { LocalSlice, RemoteSlice } from '../../lib/verbs/memory.js'
+import type { LocalSlice } from '../../lib/verbs/memory.js'
+import type { RemoteSlice } from '../../lib/verbs/remote.js'
 
 const TWO_32 = 2 ** 32
 
@@ -131,12 +132,12 @@ describe('WorkRequestEncoder buffers (the addon keeps pointers into them)', () =
   it('cannot be detached by a transfer, the first buffer nor one grown later (structuredClone copies them)', () => {
     const encoder = new WorkRequestEncoder()
     const first = encoder.buffer
-    structuredClone(first, { transfer: [first.buffer] })
+    structuredClone(first, { transfer: [first.buffer as ArrayBuffer] }) // an ArrayBuffer: the encoder never uses shared memory
     expect(first.byteLength).toBeGreaterThan(0)
     const wr: SendWr = { wrId: 1, opcode: WrOpcode.RdmaWrite, flags: SendFlags.Signaled, sges: [{ address: 4096, length: 8, lkey: 1 }], remoteHi: 0, remoteLo: 0, rkey: 2 }
     while (encoder.buffer === first) encoder.addSend(wr) // until it grows
     const grown = encoder.buffer
-    structuredClone(grown, { transfer: [grown.buffer] })
+    structuredClone(grown, { transfer: [grown.buffer as ArrayBuffer] })
     expect(grown.byteLength).toBeGreaterThan(first.byteLength)
   })
 })

@@ -169,7 +169,7 @@ describe('a consumer project', () => {
 
   it('loads the prebuilt binary through the installed copy', async () => {
     // LD_BIND_NOW: every symbol the binary needs is resolved at load, not on first call.
-    const env = { ...process.env, PATH: toolless, LD_BIND_NOW: '1' }
+    const env: NodeJS.ProcessEnv = { ...process.env, PATH: toolless, LD_BIND_NOW: '1' }
     delete env.NODE_IBVERBS_ADDON
     const probe = await sh(process.execPath, [join(consumer, 'out', 'consumer.js'), 'probe'], consumer, env)
     expect(probe.status, probe.stderr).toBe(0)

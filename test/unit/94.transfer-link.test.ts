@@ -54,6 +54,7 @@ describe("a link's batches in flight (QpPoster.drained): what a peer's withdrawa
   it('drained() resolves once the batches posted before it settled (completed or failed), not waiting for later ones', async () => {
     const settle: Array<{ resolve: () => void; reject: (e: Error) => void }> = []
     const lane: Lane = {
+      rail: 0,
       depth: 16,
       broken: false,
       post: () => new Promise<void>((resolve, reject) => { settle.push({ resolve, reject }) }),
@@ -66,7 +67,7 @@ describe("a link's batches in flight (QpPoster.drained): what a peer's withdrawa
       return {
         settled: false,
         hasMore: () => next < batches,
-        postNext: (_q, _max, l) => { const from = next++; return { wrs: 1, bytes: 1, slots: 1, from, to: from + 1, done: l.post(plan, from, from + 1, []) } },
+        postNext: (q, _max, l) => { const from = next++; return { wrs: 1, bytes: 1, slots: 1, from, to: from + 1, rail: l.rail, q, done: l.post(plan, from, from + 1, []) } },
         batchDone: () => undefined,
         batchFailed: () => undefined,
       }

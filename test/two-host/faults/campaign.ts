@@ -6,7 +6,6 @@
 // transfer engine (random blocks, write with a notification, read) and
 // ib_write_bw under the same netem; last the peer guest powered off. Each
 // step prints one FAULT-FIGURE line with its checks and pass/fail.
-// @ts-expect-error plain ESM without types
 import { parse, roceV2Ipv4GidIndex, run } from '../../../bench/perftest.mjs'
 import { cmWhileDown, connectAfterNeighbourFlush, linkFlap, netemRound, peerDeath, retryExhausted, udLoss, type DeathResult } from './scenarios.js'
 import { newDataConnection, openSession, peer, role, type Session } from './session.js'
@@ -76,7 +75,7 @@ async function perftestUnder(s: Session, args: string[], port: number): Promise<
       return (await s.control.expect('perftest-result', 900_000)).result
     }
     await s.control.expect('perftest-up')
-    let client: { out: string; code: number | null; signal: string | null } | undefined
+    let client: Awaited<ReturnType<typeof run>> | undefined
     let seconds = 0
     for (let attempt = 0; attempt < 40; attempt++) {
       await new Promise((resolve) => setTimeout(resolve, 500))
