@@ -13,6 +13,9 @@ export interface SoakSample extends KernelCounts {
 /** Kernel RDMA objects of this process, by kind. */
 export function kernelCounts(): KernelCounts
 
+/** What grew from the first sample to a later one (RSS beyond the slack, plus ASan's quarantine when `env` preloads libasan). */
+export function growthOf(samples: readonly SoakSample[], rssSlackMiB: number, env?: Record<string, string | undefined>): string[]
+
 /** Runs the soak; `log` gets one line per sample. */
 export function soak(options?: {
   seconds?: number, interval?: number, pairs?: number, rssSlackMiB?: number, device?: string, log?: (line: string) => void,

@@ -114,10 +114,26 @@ async function drive(me, peer, running, totals, bounded) {
  * to the quarantine's size with nothing leaked: that much more RSS is allowed
  * there. The object counts (fds, QP, CQ, PD, MR) stay exact either way.
  */
-function sanitizerQuarantineMiB() {
-  if (!/libasan/.test(process.env.LD_PRELOAD ?? '')) return 0
-  const option = /(?:^|:)quarantine_size_mb=(\d+)/.exec(process.env.ASAN_OPTIONS ?? '')
+function sanitizerQuarantineMiB(env) {
+  if (!/libasan/.test(env.LD_PRELOAD ?? '')) return 0
+  const option = /(?:^|:)quarantine_size_mb=(\d+)/.exec(env.ASAN_OPTIONS ?? '')
   return option ? Number(option[1]) : 256 // ASan's default on 64-bit Linux
+}
+
+/**
+ * What grew from the first sample to any later one: an fd or kernel object
+ * count at all, RSS by more than `rssSlackMiB` (plus ASan's quarantine when
+ * `env` preloads it). Empty when nothing did.
+ */
+export function growthOf(samples, rssSlackMiB, env = process.env) {
+  const first = samples[0]
+  const growth = []
+  const slack = rssSlackMiB + sanitizerQuarantineMiB(env)
+  for (const s of samples.slice(1)) {
+    for (const key of ['fds', 'qp', 'cq', 'pd', 'mr']) if (s[key] > first[key]) growth.push(`${key} ${first[key]} -> ${s[key]} at ${s.seconds}s`)
+    if (s.rssMiB > first.rssMiB + slack) growth.push(`rss ${first.rssMiB} -> ${s.rssMiB} MiB at ${s.seconds}s (slack ${slack} MiB)`)
+  }
+  return growth
 }
 
 /**
@@ -181,13 +197,7 @@ export async function soak({ seconds = 60, interval = 15, pairs = 8, rssSlackMiB
     for (const [side] of sides) { side.qp.close(); side.cq.close(); side.pd.close() }
     device.close()
   }
-  const first = samples[0]
-  const growth = []
-  const slack = rssSlackMiB + sanitizerQuarantineMiB()
-  for (const s of samples.slice(1)) {
-    for (const key of ['fds', 'qp', 'cq', 'pd', 'mr']) if (s[key] > first[key]) growth.push(`${key} ${first[key]} -> ${s[key]} at ${s.seconds}s`)
-    if (s.rssMiB > first.rssMiB + slack) growth.push(`rss ${first.rssMiB} -> ${s.rssMiB} MiB at ${s.seconds}s (slack ${slack} MiB)`)
-  }
+  const growth = growthOf(samples, rssSlackMiB)
   const error = totals.error ? String(totals.error.stack ?? totals.error) : undefined
   const ok = !error && samples.length >= 2 && growth.length === 0
   return { ok, seconds, pairs, qps: pairs * 2, samples, ops: totals.ops, bytesVerified: totals.bytes, error, growth }
