@@ -274,8 +274,11 @@ async function icountPaths(argv) {
   const { connectedPair } = await import('./pair.mjs')
   const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
   const paths = []
+  // Held to the end: a pair nothing refers to is collected, and with it the region the atomics target (REM_ACCESS_ERR).
+  const pairs = []
   for (const mode of ['busy', 'event']) {
     const { c, s } = await connectedPair(device, mode)
+    pairs.push({ c, s })
     const remote = s.mr.asRemote()
     const locks = new RemoteLockTable(c.qp, { locks: remote.slice(0, 64), tokens: remote.slice(64, 64), owner: 1, leaseMs: 60_000 })
     paths.push({ label: `await qp.compareAndSwap() (${mode} CQ)`, f: () => c.qp.compareAndSwap(remote.slice(256, 8), 0n, 0n) })
@@ -295,6 +298,7 @@ async function icountPaths(argv) {
       process.stdout.write('@icount ' + JSON.stringify({ label: tag ? `[${tag}] ${path.label}` : path.label, n, us }) + '\n')
     }
   }
+  for (const { c, s } of pairs) for (const side of [c, s]) { side.qp.close(); side.mr.close(); side.cq.close() }
   device.close()
 }
 

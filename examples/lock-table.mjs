@@ -2,8 +2,8 @@
 // A lock table on one-sided atomics, the way FaRM/DrTM-style systems keep
 // locks in remote memory: the server registers M lock words, M fencing
 // counters and M protected records, then its CPU does nothing until the end.
-// Client processes (connected with rdma_cm) take a lock with CAS, get a
-// fencing token with FETCH_ADD, install it in the record's fence word, READ
+// Client processes (connected with rdma_cm) take a lock with CAS (its new
+// word carries the fencing token), install the token in the record's fence word, READ
 // the record's counter, add one, WRITE it back and release with CAS. A lost
 // update would mean two clients held a lock at once, so at the end the server
 // checks every counter against the increments the clients say they made.
@@ -19,8 +19,8 @@
 // replayed and must be refused (and its release must find the lock lost).
 //
 // Server memory, M = --locks (one region, 32*M bytes, all 8-byte aligned):
-//   [0, 8M)      lock words       0 = free, else owner(16 bits) | lease epoch(48 bits)
-//   [8M, 16M)    fencing counters FETCH_ADD 1 per acquisition gives the token
+//   [0, 8M)      lock words       owner(16 bits, 0 = free) | sequence(48 bits, +1 per acquisition: the token)
+//   [8M, 16M)    ticket counters  unused by these spin locks (a FIFO table's tickets: docs/locks.md)
 //   [16M, 32M)   records          16 bytes each: fence word (largest token installed), counter
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
@@ -139,9 +139,9 @@ async function serve({ clients, onListening }) {
   for (let lock = 0; lock < LOCKS; lock++) {
     const expected = reports.reduce((sum, r) => sum + r.increments[lock], 0)
     const counted = Number(view.getBigUint64(16 * LOCKS + 16 * lock + 8, true))
-    const token = Number(view.getBigUint64(8 * LOCKS + 8 * lock, true))
-    const free = view.getBigUint64(8 * lock, true) === 0n
-    exact.push({ lock, expected, counted, tokens: token, free })
+    const word = view.getBigUint64(8 * lock, true)
+    const free = word >> 48n === 0n // no owner (the sequence stays: the next holder's token is larger)
+    exact.push({ lock, expected, counted, lastToken: Number(word & 0xffffffffffffn), free })
     if (expected !== counted || !free) ok = false
   }
   const total = (key) => reports.reduce((sum, r) => sum + r[key], 0)
@@ -151,7 +151,7 @@ async function serve({ clients, onListening }) {
     steals: total('steals'), leaseLapses: total('leaseLapses'), lostReleases: total('lostReleases'), fenced: total('fenced'), contended: total('contended'),
     stolenWords: reports.flatMap((r) => r.stolenWords),
   }
-  for (const e of exact) console.log(`lock ${e.lock}: expected ${e.expected} increments, counted ${e.counted}, ${e.tokens} tokens issued, ${e.free ? 'free' : 'STILL HELD'}`)
+  for (const e of exact) console.log(`lock ${e.lock}: expected ${e.expected} increments, counted ${e.counted}, last token ${e.lastToken}, ${e.free ? 'free' : 'STILL HELD'}`)
   return { ok, summary, host, port, device, pd, table, connections, close: () => { for (const c of connections) c.close(); device.close() } }
 }
 

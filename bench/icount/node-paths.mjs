@@ -27,7 +27,7 @@ const dist = opt('--dist', undefined)
 const tag = opt('--tag', undefined)
 const cold = args.includes('--cold')
 const lib = (file) => dist ? pathToFileURL(resolve(dist, file)).href : `../../dist/${file}`
-const { openDevice, TransferAgent } = await import(lib('index.js'))
+const { openDevice, TransferAgent, RemoteLockTable } = await import(lib('index.js'))
 /** The first of `files` the build has: a variant may predate lib/'s folders (2026-12-03). */
 async function libModule(...files) {
   for (const file of files) {
@@ -164,11 +164,19 @@ function paths() {
     // does the gap between them come from the verb or from BigInt arithmetic on non-zero values?
     { label: 'await qp.compareAndSwap() (non-zero operands)', async: () => c.qp.compareAndSwap(atomicRemote2, 0x1_0000_0001n, 0x2_0000_0002n) },
     { label: 'await qp.fetchAndAdd() (adds 0 to 0)', async: () => c.qp.fetchAndAdd(atomicRemote3, 0n) },
+    ...(RemoteLockTable ? [lockRow()] : []),
     ...(engine ? [
       { label: 'engine: await write() of 4 KiB, 1 QP (both agents)', async: engine.write },
       { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
     ] : []),
   ]
+}
+
+/** A lock table in the busy pair's region (words 1024..1087, counters 1088..1151): one client, one lock, nothing else. */
+function lockRow() {
+  const table = busy.s.mr.asRemote()
+  const locks = new RemoteLockTable(busy.c.qp, { locks: table.slice(1024, 64), tokens: table.slice(1088, 64), owner: 1, leaseMs: 60_000 })
+  return { label: 'lock: uncontended acquire + release (busy CQ)', async: async () => locks.release(await locks.acquire(3)) }
 }
 
 function taggedRows() {

@@ -2,6 +2,7 @@
 // rate and time left, redrawn in place at most every 200 ms, on a terminal
 // only. Piped or redirected output gets no progress noise, only the summary
 // the command prints at the end.
+import { performance } from 'node:perf_hooks'
 
 /** Where the line goes: a TTY stream draws it; any other stream gets nothing. */
 export interface ProgressStream { isTTY?: boolean; columns?: number; write(text: string): unknown }

@@ -2,24 +2,34 @@
 // gets a deadline, and one timer per table watches every call in flight,
 // instead of one timer per atomic (the atomics then take the QP's fast path:
 // compareAndSwap()/fetchAndAdd() without options) or even one per call: a
-// Node timer set and cleared costs thousands of instructions, a Set entry
-// a few hundred. An abort listener is added only for a call given a signal.
+// Node timer set and cleared costs thousands of instructions. The calls in
+// flight are an array each knows its place in (no hashing: a Set whose only
+// entry comes and goes rehashes every few calls). An abort listener is added
+// only for a call given a signal.
+import { performance } from 'node:perf_hooks'
 
 export class Watchdog {
-  readonly #live = new Set<Bound>()
+  readonly #live: Bound[] = []
   #timer: ReturnType<typeof setTimeout> | undefined
   #armedFor = Infinity // the deadline the timer fires at
 
-  /** A bound of `ms` from now: `onTimeout` makes its error, `onAbort` the one of an aborted `signal`. */
-  start(ms: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error): Bound {
-    const bound = new Bound(this, performance.now() + ms, onTimeout, signal, onAbort)
-    this.#live.add(bound)
-    if (bound.deadline < this.#armedFor) this.#arm(bound.deadline)
+  /** A bound until `deadline` (a performance.now() time): `onTimeout` makes its error, `onAbort` the one of an aborted `signal`. */
+  start(deadline: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error): Bound {
+    const bound = new Bound(this, deadline, onTimeout, signal, onAbort)
+    bound.index = this.#live.push(bound) - 1
+    if (deadline < this.#armedFor) this.#arm(deadline)
     return bound
   }
 
-  /** @internal */
-  remove(bound: Bound): void { this.#live.delete(bound) }
+  /** @internal Removes a bound still watched (the last one takes its place). */
+  remove(bound: Bound): void {
+    const live = this.#live
+    const at = bound.index
+    if (at < 0) return
+    bound.index = -1
+    const last = live.pop()!
+    if (last !== bound) live[last.index = at] = last
+  }
 
   #arm(deadline: number): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer)
@@ -34,7 +44,7 @@ export class Watchdog {
     this.#armedFor = Infinity
     const now = performance.now()
     let next = Infinity
-    for (const bound of this.#live) {
+    for (const bound of [...this.#live]) { // expire() removes from the array
       if (bound.deadline <= now) bound.expire()
       else if (bound.deadline < next) next = bound.deadline
     }
@@ -44,6 +54,8 @@ export class Watchdog {
 
 export class Bound {
   readonly deadline: number
+  /** @internal Its place among the watchdog's live bounds, -1 once removed. */
+  index = -1
   #reject: ((error: Error) => void) | undefined
   #failure: Error | undefined
   readonly #watchdog: Watchdog

@@ -1,18 +1,18 @@
 // A client of a remote lock table that lives in another process's registered
 // memory, driven only by one-sided atomics (the table's CPU never runs):
-// acquire = CAS(0 -> owner|epoch) with bounded exponential backoff, release =
-// CAS back to 0, a lease lets a waiter steal a lock whose holder went silent
-// (CAS on the exact stale value), and a fencing token from FETCH_ADD on a
-// per-lock counter lets the data side refuse a holder that lost its lease.
+// acquire = one CAS (free word -> owner|next sequence; the sequence is the
+// fencing token, lock-word.ts) with bounded exponential backoff, release =
+// CAS back to the free word of that sequence, and a lease lets a waiter
+// steal a lock whose holder went silent (CAS on the exact stale value).
 // mode 'fifo' grants in arrival order instead (a ticket lock: ticket.ts).
 // See docs/locks.md for the protocol and what one-sided operations cannot enforce.
-import { randomInt } from 'node:crypto'
+import { performance } from 'node:perf_hooks'
 import { RdmaError } from '../core/errors.js'
 import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, oneOf, optionalInteger, typeError } from '../core/validate.js'
 import { Watchdog, type Bound } from './bounded.js'
-import { backoffMs, decodeWord, FREE, heldWord, MAX_OWNER, nextEpoch } from './lock-word.js'
+import { backoffMs, decodeWord, FREE, heldWord, isFree, MAX_OWNER, nextSequence, releasedWord, sequenceOf } from './lock-word.js'
 import { deadlineBound, forfeit, HoldTime, renewedWord, servingWord, ticketOf, waitForTurn, type TicketTable } from './ticket.js'
 
 /** 'spin': CAS with backoff, fastest uncontended, unfair under contention; 'fifo': tickets, granted in arrival order. */
@@ -22,8 +22,11 @@ const LOCK_MODES = ['spin', 'fifo'] as const
 export interface RemoteLockTableOptions {
   /** The lock words: 8 bytes per lock, 8-byte aligned, registered with remote atomic access. */
   locks: RemoteSlice
-  /** One 8-byte fencing counter per lock (same length as `locks`), starting at 0. */
-  tokens: RemoteSlice
+  /**
+   * FIFO mode: one 8-byte ticket counter per lock (same length as `locks`),
+   * starting at 0. Not used in spin mode, whose fencing counter is in the lock word.
+   */
+  tokens?: RemoteSlice
   /** This client's id, 1..65535, unique among the table's clients. */
   owner: number
   /** How long a grant lasts without renew() (default 2000 ms). */
@@ -33,7 +36,7 @@ export interface RemoteLockTableOptions {
   /** Cap of the exponential backoff between attempts (default 16 ms); a FIFO waiter sleeps at most 8x this between polls. */
   maxBackoffMs?: number
   /**
-   * 'spin' (default): the lock word is owner|epoch, taken by CAS with backoff.
+   * 'spin' (default): the lock word is owner|sequence (the fencing counter), taken by CAS with backoff.
    * 'fifo': a ticket lock (the counter gives tickets, the lock word says
    * whose turn it is): grants in arrival order, none starved. Every client of
    * a table must use the same mode.
@@ -50,7 +53,7 @@ export interface LockWaitOptions {
 /** A held lock. Valid until `leaseEndsAt` (performance.now() time), unless renewed. */
 export interface LockGrant {
   readonly lock: number
-  /** The lock word while this grant holds it ('spin': owner | epoch; 'fifo': ticket << 16 | renewals). */
+  /** The lock word while this grant holds it ('spin': owner | sequence; 'fifo': ticket << 16 | renewals). */
   readonly word: bigint
   /** Fencing token: larger than the token of every earlier holder of this lock that kept its lease. */
   readonly token: bigint
@@ -73,33 +76,38 @@ export class RemoteLockTable {
   readonly maxBackoffMs: number
   readonly mode: LockMode
   readonly #locks: RemoteSlice
-  readonly #tokens: RemoteSlice
+  readonly #tokens: RemoteSlice | undefined
   readonly #lockSlices: RemoteSlice[] = []
   readonly #tokenSlices: RemoteSlice[] = []
   /** Watches the deadlines of every call in flight with one timer. */
   readonly #watchdog = new Watchdog()
   /** FIFO: what the ticket waits need (ticket.ts), with how long this client holds the lock. */
   readonly #tickets: TicketTable
-  /** Epochs are unique per acquisition; a random start keeps a restarted client with the same id from reusing a stale word. */
-  #epoch = BigInt(randomInt(1, 2 ** 40))
+  /** heldWord(owner, 0): a held word is this | its sequence. */
+  readonly #ownerBits: bigint
+  /** Spin mode: per lock, the free word this client expects (the one its last release left, or the last one it saw). */
+  readonly #expectFree: bigint[] = []
 
   constructor(qp: QueuePair, options: RemoteLockTableOptions) {
     if (typeof (qp as { compareAndSwap?: unknown })?.compareAndSwap !== 'function') throw typeError('a QueuePair', 'qp', qp)
     const o = object(options, 'options')
+    const mode = oneOf(o.mode, 'options.mode', LOCK_MODES, 'spin')
     const locks = instance(o.locks, 'options.locks', RemoteSlice)
-    const tokens = instance(o.tokens, 'options.tokens', RemoteSlice)
+    const tokens = o.tokens === undefined && mode === 'spin' ? undefined : instance(o.tokens, 'options.tokens', RemoteSlice)
     for (const [name, slice] of [['options.locks', locks], ['options.tokens', tokens]] as const) {
+      if (slice === undefined) continue
       if (slice.length === 0 || slice.length % 8 !== 0) throw typeError('a non-empty multiple of 8 bytes', `${name}.length`, slice.length)
       if (slice.addrLo % 8 !== 0) throw typeError('an 8-byte aligned remote address', name, slice.addr)
     }
-    if (tokens.length !== locks.length) throw typeError(`${locks.length} bytes (one counter per lock)`, 'options.tokens.length', tokens.length)
+    if (tokens !== undefined && tokens.length !== locks.length) throw typeError(`${locks.length} bytes (one counter per lock)`, 'options.tokens.length', tokens.length)
     this.qp = qp
     this.owner = integer(o.owner, 'options.owner', 1, MAX_OWNER)
+    this.#ownerBits = heldWord(this.owner, 1n) - 1n
     this.size = locks.length / 8
     this.leaseMs = optionalInteger(o.leaseMs, 'options.leaseMs', 1, 2 ** 31 - 1, 2000)
     this.graceMs = optionalInteger(o.graceMs, 'options.graceMs', 0, 2 ** 31 - 1, Math.ceil(this.leaseMs / 2))
     this.maxBackoffMs = optionalInteger(o.maxBackoffMs, 'options.maxBackoffMs', 1, 60_000, 16)
-    this.mode = oneOf(o.mode, 'options.mode', LOCK_MODES, 'spin')
+    this.mode = mode
     this.#locks = locks
     this.#tokens = tokens
     this.#tickets = { qp, leaseMs: this.leaseMs, graceMs: this.graceMs, maxBackoffMs: this.maxBackoffMs, hold: new HoldTime() }
@@ -115,75 +123,63 @@ export class RemoteLockTable {
   }
 
   /**
-   * Takes lock `lock`: CAS(0 -> owner|epoch) until it succeeds, backing off
-   * exponentially (capped at maxBackoffMs). While the lock is expected free
-   * (the first try, or the last CAS found it free) the FETCH_ADD that gives
-   * the fencing token is posted right behind the CAS on the same QP, which
-   * executes them in order at the responder: one round trip (a failed CAS
-   * then wastes a token, which is harmless: tokens only have to grow). After
-   * a CAS that found the lock held, the next tries post the CAS alone and
-   * take the token once it succeeds. A lock word that stays the same for
+   * Takes lock `lock`: CAS(free word -> owner|next sequence) until it
+   * succeeds; the sequence it wrote is the grant's fencing token, so an
+   * uncontended acquire is one atomic. The free word expected is the one
+   * this client's last release of the lock left (or the last it saw); a CAS
+   * that finds another free word (someone else used the lock since) is
+   * retried at once with that word. A CAS that finds the lock held backs off
+   * exponentially (capped at maxBackoffMs) and then expects the word that
+   * holder's release will leave. A held word that stays the same for
    * leaseMs + graceMs of this client's clock belongs to a holder whose lease
    * ran out: it is stolen with a CAS on that exact value. Rejects with
    * ERR_LOCK_TIMEOUT after timeoutMs (ABORT_ERR on abort); never waits forever.
    */
-  async acquire(lock: number, options: LockWaitOptions = {}): Promise<LockGrant> {
+  async acquire(lock: number, options: LockWaitOptions = NO_OPTIONS): Promise<LockGrant> {
     const slot = this.lockWord(lock)
-    const tokenWord = this.#tokenWord(lock)
-    const { deadline, signal, timeoutMs } = waitFor(options)
+    const { deadline, signal, timeoutMs, now } = waitFor(options)
     if (signal?.aborted) throw aborted(lock, signal)
     let attempt = 0
-    let expect = FREE
     let last = FREE // what the last CAS found
+    // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
+    const bound = this.#watchdog.start(deadline, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
+    if (this.mode === 'fifo') return this.#acquireTicket(lock, slot, this.#tokenWord(lock), bound, deadline, timeoutMs)
+    let expect = this.#expectFree[lock] ?? FREE
     let seen = FREE
     let seenSince = 0
-    // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
-    const bound = this.#watchdog.start(timeoutMs, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
-    if (this.mode === 'fifo') return this.#acquireTicket(lock, slot, tokenWord, bound, deadline, timeoutMs)
+    let leaseStart = now
     try {
       for (;;) {
         attempt++
-        if (attempt > 1 && performance.now() >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
-        this.#epoch = nextEpoch(this.#epoch)
-        const word = heldWord(this.owner, this.#epoch)
+        if (attempt > 1) {
+          leaseStart = performance.now()
+          if (leaseStart >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
+        }
         // The lease starts before the CAS is posted: a waiter can only see our word later than this.
-        const leaseStart = performance.now()
-        const qp = this.qp
-        const cas = qp.compareAndSwap(slot, expect, word)
-        let behind: Promise<bigint> | undefined
-        if (last === FREE || expect !== FREE) {
-          // Expected to succeed: the token's FETCH_ADD goes right behind the CAS, before its answer (RC keeps
-          // their order). Posted a microtask later, once the CAS's turn closed: then it too takes the fast path.
-          await undefined
-          behind = qp.fetchAndAdd(tokenWord, 1n)
-        }
-        let before: bigint
-        try {
-          before = await bound.wait(cas)
-        } catch (error) {
-          behind?.catch(ignore)
-          throw error
-        }
+        const word = this.#ownerBits | nextSequence(sequenceOf(expect))
+        const before = await bound.wait(this.qp.compareAndSwap(slot, expect, word))
         if (before === expect) {
-          const token = (await bound.wait(behind ?? qp.fetchAndAdd(tokenWord, 1n))) + 1n
-          const grant: LockGrant = { lock, word, token, leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: expect === FREE ? undefined : expect, attempts: attempt }
-          // A token taken after the lease ran out may be newer than a thief's: give the lock back and try again.
+          const grant: LockGrant = { lock, word, token: sequenceOf(word), leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: isFree(expect) ? undefined : expect, attempts: attempt }
+          // A CAS answered after the lease ran out: a thief may hold a newer token already. Give it back, try again.
           if (performance.now() < grant.leaseEndsAt) return grant
           await this.release(grant).catch(ignore)
-          expect = FREE
+          expect = releasedWord(word)
           last = FREE
           continue
         }
-        behind?.catch(ignore) // a wasted token: nobody needs to wait for it
         last = before
-        expect = FREE
-        if (before !== FREE) {
-          const now = performance.now()
-          // The waiter's clock starts when it has seen the value (after the holder's lease started).
-          if (before !== seen) { seen = before; seenSince = now }
-          else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
+        if (isFree(before)) {
+          this.#expectFree[lock] = expect = before // used since this client last saw it: try that word at once
+          if (attempt < 3) continue
+          await bound.wait(sleep(0)) // lost to other clients more than once: let the event loop run
+          continue
         }
-        const delay = before === FREE ? 0 : backoffMs(attempt - 1, this.maxBackoffMs)
+        const now = performance.now()
+        // The waiter's clock starts when it has seen the value (after the holder's lease started).
+        if (before !== seen) { seen = before; seenSince = now }
+        else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
+        expect = releasedWord(before) // what its holder's release will leave
+        const delay = backoffMs(attempt - 1, this.maxBackoffMs)
         if (performance.now() + delay >= deadline) throw timedOut(lock, timeoutMs, attempt, before)
         await bound.wait(sleep(delay))
       }
@@ -236,34 +232,28 @@ export class RemoteLockTable {
   }
 
   /**
-   * Gives the lock back: CAS(word -> 0), in FIFO mode CAS(word -> the next
-   * ticket's). ERR_LOCK_LOST if the word is no longer ours (the lease ran out
+   * Gives the lock back: CAS(word -> the same sequence, no owner), in FIFO
+   * mode CAS(word -> the next ticket's). ERR_LOCK_LOST if the word is no longer ours (the lease ran out
    * and it was stolen, or the queue moved on).
    */
-  async release(grant: LockGrant, options: LockWaitOptions = {}): Promise<void> {
+  async release(grant: LockGrant, options: LockWaitOptions = NO_OPTIONS): Promise<void> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
     const wait = waitFor(options) // before the CAS is posted: a refused call changes nothing
-    let freed = FREE
-    if (this.mode === 'fifo') {
-      freed = servingWord(ticketOf(grant.word) + 1n)
-      this.#tickets.hold.observe(performance.now() - (grant.leaseEndsAt - this.leaseMs)) // since the turn's poll (or the last renew)
-    }
+    const fifo = this.mode === 'fifo'
+    const freed = fifo ? servingWord(ticketOf(grant.word) + 1n) : releasedWord(grant.word)
+    if (fifo) this.#tickets.hold.observe(performance.now() - (grant.leaseEndsAt - this.leaseMs)) // since the turn's poll (or the last renew)
     const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, freed))
     if (before !== grant.word) throw lost(grant, before, 'release', this.mode)
+    if (!fifo) this.#expectFree[grant.lock] = freed
   }
 
-  /** Extends the lease: CAS(word -> owner|next epoch; FIFO: the same ticket, next renewal), which restarts every waiter's count. Same token. */
-  async renew(grant: LockGrant, options: LockWaitOptions = {}): Promise<LockGrant> {
+  /** Extends the lease: CAS(word -> owner|next sequence; FIFO: the same ticket, next renewal), which restarts every waiter's count. Same token. */
+  async renew(grant: LockGrant, options: LockWaitOptions = NO_OPTIONS): Promise<LockGrant> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
     const wait = waitFor(options)
-    let word: bigint
-    if (this.mode === 'fifo') word = renewedWord(grant.word)
-    else {
-      this.#epoch = nextEpoch(this.#epoch)
-      word = heldWord(this.owner, this.#epoch)
-    }
+    const word = this.mode === 'fifo' ? renewedWord(grant.word) : this.#ownerBits | nextSequence(sequenceOf(grant.word))
     const leaseStart = performance.now()
     if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
     const before = await this.#bounded('renew', wait, this.qp.compareAndSwap(slot, grant.word, word))
@@ -288,7 +278,7 @@ export class RemoteLockTable {
    * newer holder has fenced this data: the caller is a zombie and must not
    * write. The NIC does the comparison; see docs/locks.md for what it covers.
    */
-  async fence(token: bigint, fenceWord: RemoteSlice, options: LockWaitOptions = {}): Promise<void> {
+  async fence(token: bigint, fenceWord: RemoteSlice, options: LockWaitOptions = NO_OPTIONS): Promise<void> {
     if (typeof token !== 'bigint' || token < 1n) throw typeError('a fencing token (bigint >= 1)', 'token', token)
     instance(fenceWord, 'fenceWord', RemoteSlice)
     const wait = waitFor(options)
@@ -308,9 +298,9 @@ export class RemoteLockTable {
    * One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal
    * (ABORT_ERR). The options are checked (waitFor) before the atomic is posted, never after.
    */
-  async #bounded(verb: string, wait: ReturnType<typeof waitFor>, atomic: Promise<bigint>): Promise<bigint> {
+  async #bounded(verb: string, wait: Wait, atomic: Promise<bigint>): Promise<bigint> {
     const { signal, timeoutMs } = wait
-    const bound = this.#watchdog.start(timeoutMs, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
+    const bound = this.#watchdog.start(wait.deadline, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
       () => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal!.reason }))
     try {
       return await bound.wait(atomic)
@@ -319,16 +309,25 @@ export class RemoteLockTable {
     }
   }
 
+  /** FIFO: the ticket counter of lock `lock` (the constructor required `tokens` in that mode). */
   #tokenWord(lock: number): RemoteSlice {
-    return this.#tokenSlices[lock] ??= this.#tokens.region.slice(this.#tokens.offset + lock * 8, 8)
+    const tokens = this.#tokens!
+    return this.#tokenSlices[lock] ??= tokens.region.slice(tokens.offset + lock * 8, 8)
   }
 }
 
-function waitFor(options: LockWaitOptions): { deadline: number; signal: AbortSignal | undefined; timeoutMs: number } {
+/** What every call without options waits: a default bound, no signal (nothing to check). */
+const NO_OPTIONS: LockWaitOptions = Object.freeze({})
+
+interface Wait { deadline: number; signal: AbortSignal | undefined; timeoutMs: number; now: number }
+
+function waitFor(options: LockWaitOptions): Wait {
+  const now = performance.now()
+  if (options === NO_OPTIONS) return { deadline: now + DEFAULT_TIMEOUT, signal: undefined, timeoutMs: DEFAULT_TIMEOUT, now }
   const o = object(options, 'options')
   const timeoutMs = optionalInteger(o.timeoutMs, 'options.timeoutMs', 0, 2 ** 31 - 1, DEFAULT_TIMEOUT)
   const signal = o.signal === undefined ? undefined : instance(o.signal, 'options.signal', AbortSignal)
-  return { deadline: performance.now() + timeoutMs, signal, timeoutMs }
+  return { deadline: now + timeoutMs, signal, timeoutMs, now }
 }
 
 const ignore = (): void => {}

@@ -1,32 +1,46 @@
-// The 8-byte lock word of a remote lock table: 0 means free; a held lock
-// stores who holds it and which acquisition this is, so that every held value
-// is unique (a steal compares the exact stale value: no ABA).
+// The 8-byte lock word of a remote lock table (spin mode). It carries the
+// lock's fencing counter, so one CAS both takes the lock and gives its token:
 //
-//   bits 63..48  owner (1..65535)
-//   bits 47..0   lease epoch: the holder's own acquisition counter
+//   bits 63..48  owner (1..65535), 0 while the lock is free
+//   bits 47..0   sequence: +1 at every acquisition, steal and renew
+//
+// A holder's fencing token is the sequence its acquisition wrote. Release
+// clears only the owner: the sequence stays, so the next holder's token is
+// larger, and every held value is unique (a steal compares the exact stale
+// value: no ABA).
 import { integer, rangeError } from '../core/validate.js'
 
+/** The word of a table that was never used: free, sequence 0. */
 export const FREE = 0n
 export const MAX_OWNER = 0xffff
-const EPOCH_BITS = 48n
-const EPOCH_MASK = (1n << EPOCH_BITS) - 1n
+const SEQUENCE_BITS = 48n
+const SEQUENCE_MASK = (1n << SEQUENCE_BITS) - 1n
 
-/** The value of a lock held by `owner` in lease epoch `epoch`. */
-export function heldWord(owner: number, epoch: bigint): bigint {
+/** The value of a lock held by `owner` at sequence `sequence` (1..2^48-1). */
+export function heldWord(owner: number, sequence: bigint): bigint {
   integer(owner, 'owner', 1, MAX_OWNER)
-  if (epoch < 1n || epoch > EPOCH_MASK) throw rangeError('an epoch from 1 to 2^48-1', 'epoch', epoch)
-  return (BigInt(owner) << EPOCH_BITS) | epoch
+  if (typeof sequence !== 'bigint' || sequence < 1n || sequence > SEQUENCE_MASK) throw rangeError('a sequence from 1 to 2^48-1', 'sequence', sequence)
+  return (BigInt(owner) << SEQUENCE_BITS) | sequence
 }
 
-/** Who holds a lock word, and in which epoch; undefined for a free lock. */
-export function decodeWord(word: bigint): { owner: number; epoch: bigint } | undefined {
-  if (word === FREE) return undefined
-  return { owner: Number(word >> EPOCH_BITS), epoch: word & EPOCH_MASK }
+/** Who holds a lock word, and its sequence (the holder's token, plus its renewals); undefined for a free lock. */
+export function decodeWord(word: bigint): { owner: number; sequence: bigint } | undefined {
+  if (isFree(word)) return undefined
+  return { owner: Number(word >> SEQUENCE_BITS), sequence: word & SEQUENCE_MASK }
 }
 
-/** The epoch after `epoch`, wrapping from 2^48-1 to 1 (0 would make the word of owner 0... never: owner >= 1). */
-export function nextEpoch(epoch: bigint): bigint {
-  return epoch >= EPOCH_MASK ? 1n : epoch + 1n
+/** No owner (whatever the sequence). */
+export function isFree(word: bigint): boolean { return word >> SEQUENCE_BITS === 0n }
+
+/** The sequence a lock word carries. */
+export function sequenceOf(word: bigint): bigint { return word & SEQUENCE_MASK }
+
+/** The word `word` becomes when its holder releases it: same sequence, no owner. */
+export function releasedWord(word: bigint): bigint { return word & SEQUENCE_MASK }
+
+/** The sequence after `sequence`, wrapping from 2^48-1 to 1 (after 2.8 * 10^14 acquisitions of one lock). */
+export function nextSequence(sequence: bigint): bigint {
+  return sequence >= SEQUENCE_MASK ? 1n : sequence + 1n
 }
 
 /**

@@ -13,6 +13,7 @@
 // gives up passes its turn on when it comes (forfeit below); a client that
 // dies holding or waiting costs the queue one lease + grace, after which the
 // next waiter moves it on (the same lease rule as the spin lock's steal).
+import { performance } from 'node:perf_hooks'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import type { RemoteSlice } from '../verbs/remote.js'
 import type { Bound } from './bounded.js'

@@ -3,6 +3,7 @@
 // pull), with notifications that reach the peer after the data.
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
+import { performance } from 'node:perf_hooks'
 import { bounded } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'

@@ -5,6 +5,7 @@
 // the control channel); the TCP link is in tcp/link.ts. A link is used until
 // it fails; then it is torn down as a whole and never reused: the next
 // transfer gets a fresh link (fresh QPs, or a fresh socket).
+import { performance } from 'node:perf_hooks'
 import { connect, type Connection, type ConnectionRequest } from '../cm/index.js'
 import { RdmaError } from '../core/errors.js'
 import type { CompletionQueue } from '../verbs/completion-queue.js'

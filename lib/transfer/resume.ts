@@ -4,6 +4,7 @@
 // reference to the caller's blocks (never a copy); the rest is a filtered
 // list of references or new offset columns, with the map back to the
 // original indexes, so a resume that fails again reports over those indexes.
+import { performance } from 'node:perf_hooks'
 import { RdmaError } from '../core/errors.js'
 import { oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { progressOptions } from './agent-settings.js'

@@ -2,6 +2,7 @@
 // QP posters, counts what completions confirm, and settles exactly once —
 // done (after the notification, if any, is sent), or failed / stalled /
 // timed out / aborted with the blocks known to have landed.
+import { performance } from 'node:perf_hooks'
 import { RdmaError } from '../core/errors.js'
 import type { CheckedPlan } from './plan.js'
 import type { Lane, PostedBatch, PostSource, QpPoster } from './poster.js'

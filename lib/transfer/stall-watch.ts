@@ -4,6 +4,7 @@
 // their bound and is armed again for the next one due. Arming and clearing
 // a timer per transfer was a large part of a small transfer's cost (Node
 // makes and drops a timer list when its only timer goes).
+import { performance } from 'node:perf_hooks'
 
 /** A transfer as the watch sees it. */
 export interface Watched {

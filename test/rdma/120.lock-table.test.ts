@@ -56,20 +56,24 @@ describe('RemoteLockTable', () => {
     return { pair, remote, make }
   }
 
-  it('acquire writes owner|epoch, takes a token from the counter, release frees the word', async () => {
+  it('acquire writes owner|sequence, the sequence is the token, release leaves the sequence for the next holder', async () => {
     const { pair, make } = await table()
     try {
       const locks = make(7)
       const grant = await locks.acquire(1)
       expect(u64(pair.b.region, 8)).toBe(grant.word)
-      expect(decodeWord(grant.word)?.owner).toBe(7)
+      expect(decodeWord(grant.word)).toEqual({ owner: 7, sequence: 1n })
       expect(grant.token).toBe(1n)
-      expect(u64(pair.b.region, 24)).toBe(1n)
+      expect(u64(pair.b.region, 24)).toBe(0n) // spin mode does not touch the counters
       await locks.release(grant)
-      expect(u64(pair.b.region, 8)).toBe(0n)
+      expect(u64(pair.b.region, 8)).toBe(1n) // free (no owner), sequence 1
+      // Another client, which never saw the lock: its first CAS expects a fresh word and finds sequence 1, the next one takes it.
+      const other = await make(8).acquire(1)
+      expect(other).toMatchObject({ token: 2n, attempts: 2, stolenFrom: undefined })
+      await make(8).release(other)
       const again = await locks.acquire(1)
-      expect(again.token).toBe(2n)
-      // Refused options change nothing: no CAS is posted (the lock stays held), no token is taken by renew.
+      expect(again).toMatchObject({ token: 3n, attempts: 2 }) // it expected the word of its own release: 2 tries
+      // Refused options change nothing: no CAS is posted (the lock stays held).
       await expect(locks.release(again, { timeoutMs: null as never })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
       await expect(locks.renew(again, { timeoutMs: -1 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
       await expect(locks.fence(again.token, pair.b.region.asRemote().slice(32, 8), { signal: 'no' as never })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
@@ -77,24 +81,40 @@ describe('RemoteLockTable', () => {
       expect(u64(pair.b.region, 8)).toBe(again.word)
       expect(u64(pair.b.region, 32)).toBe(0n)
       await locks.release(again)
-      expect(u64(pair.b.region, 8)).toBe(0n)
+      expect(u64(pair.b.region, 8)).toBe(3n)
+      const fourth = await locks.acquire(1)
+      expect(fourth).toMatchObject({ token: 4n, attempts: 1 }) // the word its release left: one CAS
+      await locks.release(fourth)
     } finally {
       pair.close()
     }
   })
 
-  it('acquire posts the token\'s FETCH_ADD right behind its CAS: both are in flight before either completes (one round trip)', async () => {
+  it('an uncontended acquire is one atomic: the token comes with the CAS', async () => {
     // Nobody answers (the peer QP is gone, and retries are 4.3 s apart): whatever acquire posts stays in flight.
     const { pair, make } = await table({ timeout: 20 })
     try {
       pair.b.qp.close()
       const acquiring = make(9).acquire(0, { timeoutMs: 600_000 })
       acquiring.catch(() => {})
-      await new Promise((resolve) => setImmediate(resolve)) // the sends gathered in acquire's turn are posted
-      // The old client waited for the CAS before it posted the FETCH_ADD: 1 here.
-      expect(pair.a.qp.outstanding).toBe(2)
+      await new Promise((resolve) => setImmediate(resolve)) // whatever acquire's turn gathered is posted
+      // The client before 2026-12-07 posted a FETCH_ADD for the token behind the CAS: 2 here.
+      expect(pair.a.qp.outstanding).toBe(1)
       pair.a.qp.close()
       await expect(acquiring).rejects.toMatchObject({ code: 'ERR_CLOSED' })
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('spin mode needs no counters; FIFO mode refuses a table without them (coded)', async () => {
+    const { pair, remote } = await table()
+    try {
+      const locks = new RemoteLockTable(pair.a.qp, { locks: remote.slice(0, 16), owner: 3 })
+      const grant = await locks.acquire(0)
+      expect(grant.token).toBe(1n)
+      await locks.release(grant)
+      expect(() => new RemoteLockTable(pair.a.qp, { locks: remote.slice(0, 16), owner: 3, mode: 'fifo' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }))
     } finally {
       pair.close()
     }
