@@ -2,7 +2,7 @@
 // points down the stack of folders, and the runtime imports form no cycle.
 // Module resolution is TypeScript's own, over the sources.
 import { describe, expect, it } from 'vitest'
-import { readdirSync, statSync } from 'node:fs'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { importGraph, layerViolations, runtimeCycles, LAYERS } from './layers.js'
@@ -42,5 +42,17 @@ describe('the layers of lib/', () => {
     ])
     expect(layerViolations(fake, lib)).toEqual(['ops/a.ts -> verbs/b.ts (type-only): ops may not import verbs'])
     expect(runtimeCycles(fake, lib)).toEqual(['verbs/b.ts -> verbs/c.ts -> verbs/b.ts'])
+  })
+})
+
+describe('what lib/ takes from Node', () => {
+  it('performance comes from node:perf_hooks: in Node 20 the global is a lazy accessor (a getter call per performance.now())', () => {
+    const uses = (text: string) => /\bperformance\.now\(/.test(text)
+    const imports = (text: string) => /import \{[^}]*\bperformance\b[^}]*\} from 'node:perf_hooks'/.test(text)
+    const global = sources(lib).filter((f) => { const text = readFileSync(f, 'utf8'); return uses(text) && !imports(text) })
+    expect(global.map((f) => relative(lib, f))).toEqual([])
+    // The check itself: a file with the global and no import is found.
+    expect(uses('const t = performance.now()') && !imports('const t = performance.now()')).toBe(true)
+    expect(Object.getOwnPropertyDescriptor(globalThis, 'performance')?.get).toBeTypeOf('function')
   })
 })
