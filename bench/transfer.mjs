@@ -81,7 +81,7 @@ async function measure(opts) {
     if (!rows.has(key)) rows.set(key, { op, size, blocks: (opts.mib * MiB) / size, qps, perftest: [], ours: [], ratios: [], errors: [] })
     return rows.get(key)
   }
-  const latencies = LATENCY_CASES.map((c) => ({ ...c, perftest: [], ours: [], ratios: [], errors: [] }))
+  const latencies = LATENCY_CASES.map((c) => ({ ...c, perftest: [], sendLat: [], ours: [], ratios: [], errors: [] }))
   const loads = [load()]
   const started = Date.now()
   const at = () => `${((Date.now() - started) / 1000).toFixed(0)}s`
@@ -119,6 +119,11 @@ async function measure(opts) {
           } catch (e) {
             log(`  perftest write_lat ${bytes}: ${String(e.message).split('\n').slice(0, 3).join(' | ')}`)
           }
+          // The fabric's floor for data that raises a completion at the receiver (what a notification needs), without our code.
+          if (pollMode === 'busy') {
+            await perftest({ test: 'send_lat', size: bytes, iters: opts.latIters, txDepth: TX_DEPTH, device, gidIndex, addr })
+              .then((p) => latency.sendLat.push(p), (e) => log(`  perftest send_lat ${bytes}: ${String(e.message).split('\n')[0]}`))
+          }
           try {
             const r = await latencyOf(pollMode, bytes, blocks)
             latency.ours.push(r)
@@ -153,6 +158,7 @@ async function measure(opts) {
       latencies: latencies.map((latency) => ({
         blocks: latency.blocks, bytes: latency.bytes, target: latency.target, pollMode: latency.pollMode,
         perftestTypical: median(latency.perftest.map((p) => p.tTypical)), perftestP99: median(latency.perftest.map((p) => p.p99)),
+        sendLatTypical: median((latency.sendLat ?? []).map((p) => p.tTypical)), sendLatP99: median((latency.sendLat ?? []).map((p) => p.p99)),
         notifiedTypical: median(latency.ours.map((o) => o.notifiedTypical)), notifiedP99: median(latency.ours.map((o) => o.notifiedP99)),
         resolvedTypical: median(latency.ours.map((o) => o.resolvedTypical)), resolvedP99: median(latency.ours.map((o) => o.resolvedP99)),
         ratioMedian: median(latency.ratios), ratioMin: Math.min(...latency.ratios), ratioMax: Math.max(...latency.ratios),
@@ -186,6 +192,7 @@ export function markdown(r) {
       const name = `${l.blocks} x ${sizeName(l.bytes / l.blocks)}${l.pollMode === 'busy' ? ', busy CQs' : ''}`
       const meets = l.target !== undefined && Number.isFinite(l.ratioMedian) ? (l.ratioMedian <= l.target ? ' (met)' : ' (missed)') : ''
       out.push(`| ib_write_lat ${sizeName(l.bytes)} | ${fmt(l.perftestTypical)} | ${fmt(l.perftestP99)} | | |`)
+      if (Number.isFinite(l.sendLatTypical)) out.push(`| ib_send_lat ${sizeName(l.bytes)} (data + a receive completion, no library) | ${fmt(l.sendLatTypical)} | ${fmt(l.sendLatP99)} | ${fmt(l.sendLatTypical / l.perftestTypical)} | |`)
       out.push(`| ours, ${name}, notified | ${fmt(l.notifiedTypical)} | ${fmt(l.notifiedP99)} | ${fmt(l.ratioMedian)} [${fmt(l.ratioMin)}–${fmt(l.ratioMax)}] | ≤ ${l.target ?? '–'}${meets} |`)
       out.push(`| ours, ${name}, resolved | ${fmt(l.resolvedTypical)} | ${fmt(l.resolvedP99)} | | |`)
     }
