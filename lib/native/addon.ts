@@ -101,9 +101,9 @@ export interface NativeCmId {
   resolveRoute(timeoutMs: number): void
   createQp(pd: NativeProtectionDomain, options: Record<string, unknown>): NativeQueuePair
   setAckTimeout(exponent: number): void
-  connect(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
-  accept(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
-  reject(privateData: Uint8Array | undefined): void
+  connect(privateData: Uint8Array<ArrayBuffer> | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  accept(privateData: Uint8Array<ArrayBuffer> | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  reject(privateData: Uint8Array<ArrayBuffer> | undefined): void
   disconnect(): void
   deviceName(): string | null
   /** false while the port the id is bound to is not ACTIVE */

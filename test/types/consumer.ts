@@ -171,6 +171,8 @@ export async function connections(): Promise<void> {
     conn.on('disconnected', (reason: number) => console.log(reason))
     // @ts-expect-error a connection needs a port
     await connect({ host: '198.18.0.1' })
+    // @ts-expect-error private data over a SharedArrayBuffer (ERR_INVALID_ARG_TYPE at run time)
+    await connect({ host: '198.18.0.1', port: 7471, privateData: new Uint8Array(new SharedArrayBuffer(8)) })
     await conn.disconnect({ timeoutMs: 1000 })
   } catch (error) {
     if (error instanceof RdmaError) {
