@@ -229,11 +229,14 @@ export function hook(value: unknown, name: string): ((qp: QueuePair) => void) | 
   return value as (qp: QueuePair) => void
 }
 
-export function privateData(value: unknown, name: string, max: number): Uint8Array | undefined {
+export function privateData(value: unknown, name: string, max: number): Uint8Array<ArrayBuffer> | undefined {
   if (value === undefined) return undefined
   if (!(value instanceof Uint8Array)) throw typeError('a Buffer or Uint8Array', name, value)
+  // The addon reads it through napi_get_arraybuffer_info, which refuses a SharedArrayBuffer
+  // with an uncoded "Invalid argument".
+  if (!(value.buffer instanceof ArrayBuffer)) throw typeError('an ArrayBuffer-backed Buffer or Uint8Array', name, value)
   if (value.length > max) throw rangeError(`at most ${max} bytes`, `${name}.length`, value.length)
-  return value
+  return value as Uint8Array<ArrayBuffer>
 }
 
 // The kernel's address resolution (rdma_resolve_ip, Linux 6.1) can miss a neighbour entry that

@@ -5,7 +5,7 @@ const MAGIC = [0x4e, 0x49, 0x42] // 'NIB'
 const ENTRY = 20
 
 /** Packs remote descriptors into bytes for private data: 4 + 20 per descriptor (2 fit a connect request, 9 an accept). */
-export function encodeDescriptors(descriptors: ReadonlyArray<{ addr: string; rkey: number; length: number }>): Buffer {
+export function encodeDescriptors(descriptors: ReadonlyArray<{ addr: string; rkey: number; length: number }>): Buffer<ArrayBuffer> {
   if (!Array.isArray(descriptors)) throw typeError('an array of descriptors', 'descriptors', descriptors)
   const out = Buffer.alloc(4 + ENTRY * descriptors.length)
   out.set(MAGIC, 0)

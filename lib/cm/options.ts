@@ -38,7 +38,7 @@ export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
   host: string
   port: number
   /** Up to 56 bytes the listener sees with the request (RC over IB/RoCE). */
-  privateData?: Uint8Array
+  privateData?: Uint8Array<ArrayBuffer>
   /** Bound on address and route resolution and connection (default 10000 ms). */
   timeoutMs?: number
   /** Called with the new QP (state INIT) before rdma_connect: post receives here so the peer may send at once. */
@@ -48,7 +48,7 @@ export interface ConnectionOptions extends ConnectionSetup, WaitOptions {
 /** Options of request.accept(). */
 export interface AcceptOptions extends ConnectionSetup, WaitOptions {
   /** Up to 196 bytes the connecting side gets as connection.privateData. */
-  privateData?: Uint8Array
+  privateData?: Uint8Array<ArrayBuffer>
   /** Called with the new QP (state INIT) before rdma_accept: post receives here so the peer may send at once. */
   beforeAccept?: (qp: QueuePair) => void
 }
@@ -56,7 +56,7 @@ export interface AcceptOptions extends ConnectionSetup, WaitOptions {
 /** Options of request.reject(). */
 export interface RejectOptions {
   /** Up to 148 bytes the connecting side gets as error.privateData. */
-  privateData?: Uint8Array
+  privateData?: Uint8Array<ArrayBuffer>
 }
 
 /** An IP address and port of an rdma_cm id (local or peer). */

@@ -58,6 +58,9 @@ export interface NativeQueuePair {
   readonly caps: NativeQpCaps
   modify(attrs: Record<string, unknown>): void
   query(): Record<string, unknown>
+  // Word buffers (here, postRecv and the CQ's output) are any Uint32Array: the addon
+  // reads them through napi_get_typedarray_info (native/hot/work_request.cc, Uint32Words),
+  // which serves one over a SharedArrayBuffer too. The library passes its own.
   postSend(words: Uint32Array, count: number): void
   /** A plain post function bound to this QP, `words` (kept alive) and the CQ it polls after posting. */
   sendPoster(words: Uint32Array, cq?: NativeCompletionQueue): PostFunction
@@ -98,9 +101,9 @@ export interface NativeCmId {
   resolveRoute(timeoutMs: number): void
   createQp(pd: NativeProtectionDomain, options: Record<string, unknown>): NativeQueuePair
   setAckTimeout(exponent: number): void
-  connect(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
-  accept(privateData: Uint8Array | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
-  reject(privateData: Uint8Array | undefined): void
+  connect(privateData: Uint8Array<ArrayBuffer> | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  accept(privateData: Uint8Array<ArrayBuffer> | undefined, responderResources: number, initiatorDepth: number, retryCount: number, rnrRetryCount: number): void
+  reject(privateData: Uint8Array<ArrayBuffer> | undefined): void
   disconnect(): void
   deviceName(): string | null
   /** false while the port the id is bound to is not ACTIVE */
@@ -122,7 +125,12 @@ export interface NativeAddon {
   ProtectionDomain: new (context: NativeContext) => NativeProtectionDomain
   NativeBuffer: new (size: number) => NativeBufferHandle
   MemoryRegion: {
-    new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView, access: number): NativeMemoryRegion
+    /**
+     * JS memory must be an ArrayBuffer or a view over one: the addon reads its bytes
+     * through napi_get_arraybuffer_info (native/core/common.cc, ArgBytes), which refuses
+     * a view over a SharedArrayBuffer with an uncoded "Invalid argument".
+     */
+    new (pd: NativeProtectionDomain, memory: NativeBufferHandle | ArrayBuffer | ArrayBufferView<ArrayBuffer>, access: number): NativeMemoryRegion
     /** A dma-buf range (ibv_reg_dmabuf_mr, looked up at run time). */
     new (pd: NativeProtectionDomain, dmabufFd: number, access: number, offset: number, length: number, iova: number): NativeMemoryRegion
   }

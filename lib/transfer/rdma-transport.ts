@@ -7,7 +7,7 @@
 import { isIPv6 } from 'node:net'
 import { listen, type Listener, type ConnectionRequest } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
-import type { RegisterableMemory } from '../verbs/memory.js'
+import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { acceptLink, connectLink, type LinkSettings, type RdmaLink } from './link.js'
 import { accessFor, type SegmentMemory, type SegmentRights } from './segments.js'
@@ -95,7 +95,9 @@ export class RdmaTransport implements Transport {
   registerRails(region: SegmentMemory, rights: SegmentRights, perPeer: boolean): SegmentMemory[] {
     const out: SegmentMemory[] = []
     try {
-      for (const pd of this.railPds) out.push(pd.registerMemory(region.bytes, this.#access(rights, perPeer)))
+      // `region` came from register() above, so it is a MemoryRegion, whose bytes are
+      // ArrayBuffer-backed (a PlainMemory's, the TCP transport's, are not said to be).
+      for (const pd of this.railPds) out.push(pd.registerMemory((region as MemoryRegion).bytes, this.#access(rights, perPeer)))
     } catch (error) {
       for (const r of out) r.close()
       throw error

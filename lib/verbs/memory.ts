@@ -22,7 +22,7 @@ export class NativeMemory {
   static readonly MAX_VIEW_BYTES = MAX_VIEW_BYTES
   /** @internal */ readonly handle: NativeBufferHandle
   readonly size: number
-  #bytes: Uint8Array | undefined
+  #bytes: Uint8Array<ArrayBuffer> | undefined
 
   constructor(size: number) {
     integer(size, 'size', 1, Number.MAX_SAFE_INTEGER)
@@ -34,12 +34,12 @@ export class NativeMemory {
    * A view of the whole memory; the memory stays alive while this view does.
    * Throws ERR_VIEW_TOO_LARGE for memory over MAX_VIEW_BYTES: use window().
    */
-  get bytes(): Uint8Array {
+  get bytes(): Uint8Array<ArrayBuffer> {
     return this.#bytes ??= this.window(0, this.size)
   }
 
   /** A view of `length` bytes from `offset` (at most MAX_VIEW_BYTES); it keeps the memory alive. */
-  window(offset: number, length: number): Uint8Array {
+  window(offset: number, length: number): Uint8Array<ArrayBuffer> {
     integer(offset, 'offset', 0, this.size)
     integer(length, 'length', 0, this.size - offset)
     if (length > MAX_VIEW_BYTES) throw viewTooLarge(length)
@@ -66,7 +66,7 @@ function noBytes(): RdmaError {
   return new RdmaError('A dma-buf region has no bytes view: its memory is the dma-buf exporter\'s (map it through the exporter, e.g. the GPU API)', { code: 'ERR_NO_BYTES' })
 }
 
-export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView
+export type RegisterableMemory = NativeMemory | ArrayBuffer | ArrayBufferView<ArrayBuffer>
 
 export class MemoryRegion extends Resource {
   protected readonly kind = 'MemoryRegion'
@@ -81,7 +81,7 @@ export class MemoryRegion extends Resource {
   /** Whether this is dma-buf memory (pd.registerDmabuf): no bytes view, never sent inline; `address` is its iova. */
   readonly dmabuf: boolean
   /** @internal The registered JS bytes; undefined for library memory (see `bytes`). */
-  readonly #jsBytes: Uint8Array | undefined
+  readonly #jsBytes: Uint8Array<ArrayBuffer> | undefined
   /** @internal Work requests in flight that name this region (ops/held-region.ts): read `inflight`. */
   [INFLIGHT] = 0
   /** Whether close() has not run, for assertUsable() per operation (Resource's assertOpen() is a megamorphic access). */
@@ -142,13 +142,13 @@ export class MemoryRegion extends Resource {
    * The registered bytes (a view, no copy). Throws ERR_VIEW_TOO_LARGE for a
    * region over MAX_VIEW_BYTES: use slice(offset, length).bytes for a window.
    */
-  get bytes(): Uint8Array {
+  get bytes(): Uint8Array<ArrayBuffer> {
     if (this.dmabuf) throw noBytes()
     return this.#jsBytes ?? this.#memory!.bytes
   }
 
   /** @internal A view of [offset, offset + length) of the registered bytes. */
-  window(offset: number, length: number): Uint8Array {
+  window(offset: number, length: number): Uint8Array<ArrayBuffer> {
     if (this.dmabuf) throw noBytes()
     if (this.#jsBytes !== undefined) return this.#jsBytes.subarray(offset, offset + length)
     if (this.length <= MAX_VIEW_BYTES) return this.#memory!.bytes.subarray(offset, offset + length)
@@ -287,7 +287,7 @@ export class LocalSlice {
   get address(): number { return this.region.address + this.offset }
   get lkey(): number { return this.region.lkey }
   /** The bytes of this slice (a view, no copy); ERR_VIEW_TOO_LARGE over MAX_VIEW_BYTES. */
-  get bytes(): Uint8Array { return this.region.window(this.offset, this.length) }
+  get bytes(): Uint8Array<ArrayBuffer> { return this.region.window(this.offset, this.length) }
 }
 
 /** The 8 bytes an atomic wrote into `local`, as the value before the operation. */

@@ -32,11 +32,25 @@ describe('registering JS buffers', () => {
     const resizable = new ArrayBuffer(4096, { maxByteLength: 8192 })
     const growable = new SharedArrayBuffer(4096, { maxByteLength: 8192 })
     for (const memory of [resizable, new Uint8Array(resizable, 0, 4096), growable, new Uint8Array(growable)]) {
-      // @ts-expect-error a bare SharedArrayBuffer is not RegisterableMemory: on purpose, the run-time check must refuse a growable one too
+      // @ts-expect-error a SharedArrayBuffer (or a view over one) is not RegisterableMemory: on purpose, the run-time check must refuse a growable one too
       expect(() => a.pd.registerMemory(memory, Access.LocalWrite)).toThrow(expect.objectContaining({ code: 'ERR_RESIZABLE' }))
     }
     resizable.resize(16) // still the caller's: nothing was registered
     expect(resizable.byteLength).toBe(16)
+  })
+
+  it('refuses a SharedArrayBuffer and views over one with ERR_INVALID_ARG_TYPE, as the types do', async () => {
+    const { a } = await pair()
+    const shared = new SharedArrayBuffer(4096)
+    const refused = (register: () => unknown) => expect(register).toThrow(expect.objectContaining({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' }))
+    // @ts-expect-error a view over a SharedArrayBuffer is not RegisterableMemory
+    refused(() => a.pd.registerMemory(new Uint8Array(shared), Access.LocalWrite))
+    // @ts-expect-error nor is a DataView over one
+    refused(() => a.pd.registerMemory(new DataView(shared, 64), Access.LocalWrite))
+    // @ts-expect-error nor a Buffer over one
+    refused(() => a.pd.registerMemory(Buffer.from(shared, 0, 64), Access.LocalWrite))
+    // @ts-expect-error nor a bare SharedArrayBuffer
+    refused(() => a.pd.registerMemory(shared, Access.LocalWrite))
   })
 
   it('a registered ArrayBuffer cannot be transferred away: the device keeps writing memory the caller still holds', async () => {

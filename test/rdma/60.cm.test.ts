@@ -145,6 +145,9 @@ describe('rdma_cm failures are typed errors', () => {
     await expect(connect({ host, port: 70000 })).rejects.toMatchObject({ code: 'ERR_OUT_OF_RANGE' })
     await expect(connect({ host: 42 as never, port: 1 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' })
     await expect(connect({ host, port: 1, privateData: Buffer.alloc(57) })).rejects.toSatisfy((e: unknown) => e instanceof RangeError && (e as { code?: string }).code === 'ERR_OUT_OF_RANGE')
+    // The addon could not read private data over a SharedArrayBuffer (napi_get_arraybuffer_info): refused first, and by the types.
+    // @ts-expect-error private data is a Uint8Array<ArrayBuffer>
+    await expect(connect({ host, port: 1, privateData: new Uint8Array(new SharedArrayBuffer(8)) })).rejects.toSatisfy((e: unknown) => e instanceof TypeError && (e as { code?: string }).code === 'ERR_INVALID_ARG_TYPE')
     // A name that does not resolve: getaddrinfo's own error, naming the host.
     await expect(listen({ host: 'not an address at all', port: 1 })).rejects.toMatchObject({
       code: expect.stringMatching(/^(ENOTFOUND|EAI_AGAIN)$/), syscall: 'getaddrinfo', hostname: 'not an address at all',

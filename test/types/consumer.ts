@@ -8,8 +8,8 @@ import {
   QpState, RdmaError, wcStatusNames, QueuePair, Connection, Listener, Device,
   type AcceptOptions, type AsyncEvent, type BatchOperation, type CmAddress, type CompletionQueueOptions,
   type ConnectionEvents, type ConnectionOptions, type DeviceEvents, type DeviceInfo, type LocalSlice,
-  type QpEndpoint, type QueuePairOptions, type RdmaErrorDetails, type ReceiveCompletion, type RemoteDescriptor,
-  type Resource, type SharedReceiveQueueOptions, type WaitOptions,
+  type MemoryRegion, type QpEndpoint, type QueuePairOptions, type RdmaErrorDetails, type ReceiveCompletion,
+  type RegisterableMemory, type RemoteDescriptor, type Resource, type SharedReceiveQueueOptions, type WaitOptions,
 } from 'node-ibverbs'
 import type { DoctorCheck, DoctorReport, DoctorStatus } from 'node-ibverbs'
 
@@ -66,8 +66,16 @@ export async function loopback(): Promise<void> {
   const deviceEvent: DeviceEvents['error'] = [new RdmaError('x', { code: 'EIO' })]
   console.log(deviceEvent)
 
+  // JS memory registers in place: an ArrayBuffer or any view over one, and the
+  // bytes of library memory or of another region (ArrayBuffer-backed views).
+  const memories: RegisterableMemory[] = [new ArrayBuffer(64), Buffer.alloc(64), Buffer.allocUnsafe(64).subarray(8),
+    Buffer.from('text'), new Uint8Array(64), new Float64Array(8), new DataView(new ArrayBuffer(64), 8),
+    pd.allocBuffer(64), pd.allocBuffer(64).bytes, mr.bytes, mr.slice(0, 64).bytes]
+  const registered: MemoryRegion[] = memories.map((memory) => pd.registerMemory(memory, Access.LocalWrite))
+  registered.push(pd.registerMemory(mr.bytes.subarray(0, 64)))
+
   // Every closable object is a Resource: close(), closed, Symbol.dispose.
-  const resources: Resource[] = [qp, srq, mw, cq, mr, pd, device]
+  const resources: Resource[] = [...registered, qp, srq, mw, cq, mr, pd, device]
   for (const resource of resources) if (!resource.closed) resource.close()
   {
     using scoped = openDevice()
@@ -105,6 +113,14 @@ export async function loopback(): Promise<void> {
   device.on('async', (event: string) => console.log(event))
   // @ts-expect-error memory windows are type 1 or 2
   pd.allocMemoryWindow(3)
+  // @ts-expect-error a view over a SharedArrayBuffer is not registerable memory (ERR_INVALID_ARG_TYPE at run time)
+  pd.registerMemory(new Uint8Array(new SharedArrayBuffer(64)))
+  // @ts-expect-error nor is a DataView over one
+  pd.registerMemory(new DataView(new SharedArrayBuffer(64)))
+  // @ts-expect-error nor a bare SharedArrayBuffer
+  pd.registerMemory(new SharedArrayBuffer(64))
+  // @ts-expect-error a view typed over ArrayBufferLike may be over a SharedArrayBuffer: narrow it first
+  pd.registerMemory(new Uint8Array(64) as Uint8Array)
   // @ts-expect-error objects come from factories (openDevice(), pd.createQp(), ...), not constructors
   new Device()
   // @ts-expect-error objects come from factories, not constructors
@@ -155,6 +171,8 @@ export async function connections(): Promise<void> {
     conn.on('disconnected', (reason: number) => console.log(reason))
     // @ts-expect-error a connection needs a port
     await connect({ host: '198.18.0.1' })
+    // @ts-expect-error private data over a SharedArrayBuffer (ERR_INVALID_ARG_TYPE at run time)
+    await connect({ host: '198.18.0.1', port: 7471, privateData: new Uint8Array(new SharedArrayBuffer(8)) })
     await conn.disconnect({ timeoutMs: 1000 })
   } catch (error) {
     if (error instanceof RdmaError) {
