@@ -1,17 +1,16 @@
 // The transfer agent: registers segments, listens for and connects to peers,
 // and moves blocks between its segments and theirs (write = push, read =
-// pull), with notifications that reach the peer after the data.
+// pull), with notifications that reach the peer after the data. Its peers and
+// their links (connecting, relinking, failing) are peer-links.ts's.
 import { EventEmitter } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { performance } from 'node:perf_hooks'
 import { bounded } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
 import { RdmaError } from '../core/errors.js'
 import type { RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
 import { integer, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
-import type { ControlMessage } from './control.js'
-import { decodeNotification, encodeNotification, noticePayload, NotificationFeed, type NoticePayload } from './notifications.js'
+import { encodeNotification, noticePayload, NotificationFeed, type NoticePayload } from './notifications.js'
 import type { Link } from './link.js'
 import { agentSettings, chooseTransport, progressOptions, type ProgressOptions } from './agent-settings.js'
 import { Peer } from './peer.js'
@@ -20,7 +19,7 @@ import type { TransferResult } from './run.js'
 import { launch, type Launcher } from './launch.js'
 import { TransferPlan } from './transfer-plan.js'
 import { LocalTable, SEGMENT_RIGHTS, type Segment, type SegmentMemory } from './segments.js'
-import { announce, resync } from './resync.js'
+import { announce } from './resync.js'
 import { checkPeers, isGrantName } from './grant-options.js'
 import { revokeHolders, type LinkGrants } from './grants.js'
 import { markResumable, resume, type ResumeOptions, type ResumeResult } from './resume.js'
@@ -32,8 +31,8 @@ import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
-import { dialAddresses } from './dial.js'
-import { EtcdRegistry, metadataSettings, isAgentName, isPeerRecord, NAME_RULE, type MetadataState, type PeerLeftEvent, type PeerRecord } from './metadata/index.js'
+import { PeerLinks } from './peer-links.js'
+import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerRecord } from './metadata/index.js'
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
 export interface TransferAgent {
@@ -56,17 +55,13 @@ export class TransferAgent extends EventEmitter {
   readonly qpsPerPeer: number
   readonly sliceBytes: number
   readonly #transport: Transport
-  readonly #handshakeMs: number
   readonly #transferMs: number | undefined
   readonly #stallMs: number
-  /** How long after a rail failed a link is made anew (on the next transfer) to retry it (rails.ts). */
-  readonly #railRetryMs: number
   readonly #table = new LocalTable()
-  readonly #peers = new Map<string, Peer>()
   readonly #feed = new NotificationFeed()
   readonly #releases = new Releases()
-  /** Handshakes under way by name or record, by the incarnation dialed. */
-  readonly #connecting = new Map<string, Promise<Peer>>()
+  /** The peers and their links: connecting, adopting, failing, relinking (peer-links.ts). */
+  readonly #peerLinks: PeerLinks
   #registry: EtcdRegistry | undefined
   #closed = false
   /** RDMA: the rails' device names (rails.ts), and the bytes each moved (confirmed by completions). */
@@ -76,7 +71,7 @@ export class TransferAgent extends EventEmitter {
   readonly #railFailovers: number[]
   /** What every transfer's launch needs of this agent, made once. */
   readonly #launcher: Launcher = {
-    linkFailed: (peer, link, error) => this.#linkFailed(peer, link, error),
+    linkFailed: (peer, link, error) => this.#peerLinks.linkFailed(peer, link, error),
     railBytes: (rail, bytes) => { this.#railBytes[rail] = this.#railBytes[rail]! + bytes },
     failed: (error, peer, op, blocks) => markResumable(error, this, peer, op, blocks),
   }
@@ -90,8 +85,6 @@ export class TransferAgent extends EventEmitter {
     this.sliceBytes = settings.sliceBytes
     this.#transferMs = settings.transferMs
     this.#stallMs = settings.stallMs
-    this.#handshakeMs = settings.handshakeMs
-    this.#railRetryMs = settings.railRetryMs
     const links = {
       agent: this.id, name: this.name, qps: this.qpsPerPeer, queueDepth: settings.queueDepth, batchWrs: settings.batchWrs, pollMode: settings.pollMode, admission: settings.admission,
       table: async (peerName: string, grants: LinkGrants) => {
@@ -99,13 +92,21 @@ export class TransferAgent extends EventEmitter {
         return { entries: await this.#table.entriesFor(peerName, (s, name) => grants.grant(s, name)), version }
       },
     }
-    this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, this.#handshakeMs, rails) : new TcpTransport(links, this.#handshakeMs)
+    this.#transport = device ? new RdmaTransport(device, links, settings.ackTimeout, settings.handshakeMs, rails) : new TcpTransport(links, settings.handshakeMs)
     this.#railNames = device ? [device.name, ...rails.map((d) => d.name)] : []
     this.#railBytes = new Array<number>(this.#railNames.length).fill(0)
     this.#railFailovers = new Array<number>(this.#railNames.length).fill(0)
     this.transport = kind
     this.device = this.#transport.device
     this.pd = this.#transport.pd
+    this.#peerLinks = new PeerLinks({
+      transport: this.#transport, table: this.#table, releases: this.#releases, feed: this.#feed,
+      handshakeMs: settings.handshakeMs, railRetryMs: settings.railRetryMs,
+      registry: () => this.#registry,
+      closed: () => this.#closed,
+      emit: (event, ...args) => { this.emit(event, ...args) },
+      railDown: (rail) => { this.#railFailovers[rail] = this.#railFailovers[rail]! + 1 },
+    })
   }
 
   /**
@@ -123,7 +124,7 @@ export class TransferAgent extends EventEmitter {
     let agent: TransferAgent | undefined
     try {
       agent = new TransferAgent(o, kind, device, rails)
-      await agent.#transport.listen(o.host, port, (accepting) => agent!.#onAccepting(accepting))
+      await agent.#transport.listen(o.host, port, (accepting) => agent!.#peerLinks.onAccepting(accepting))
       if (metadata) agent.#registry = await agent.#openRegistry(metadata)
       return agent
     } catch (error) {
@@ -141,7 +142,7 @@ export class TransferAgent extends EventEmitter {
       segmentsVersion: () => this.#table.version,
     }, {
       joined: (record) => { if (!this.#closed) this.emit('peerJoined', record) },
-      left: (event) => this.#onPeerLeft(event),
+      left: (event) => this.#peerLinks.onPeerLeft(event),
       state: (event) => { if (!this.#closed) this.emit('metadata', event) },
     })
   }
@@ -156,7 +157,7 @@ export class TransferAgent extends EventEmitter {
   get port(): number { return this.#transport.port }
 
   /** Peers connected to or from this agent, by id. */
-  get peers(): ReadonlyMap<string, Peer> { return this.#peers }
+  get peers(): ReadonlyMap<string, Peer> { return this.#peerLinks.peers }
 
   /** The segments registered now, by name. */
   get segments(): ReadonlyMap<string, Segment> { return this.#table.byName }
@@ -184,7 +185,7 @@ export class TransferAgent extends EventEmitter {
       throw error
     }
     const segment = this.#table.add(name, region, rights, peers, railRegions)
-    for (const link of this.#links()) announce(link, segment, this.#table.version)
+    for (const link of this.#peerLinks.links()) announce(link, segment, this.#table.version)
     this.#registry?.publish()
     return segment
   }
@@ -200,7 +201,7 @@ export class TransferAgent extends EventEmitter {
     if (!isGrantName(peerName)) throw typeError('a peer name of 1..128 characters', 'peerName', peerName)
     if (s.grants!.allows(peerName)) return
     s.grants!.add(peerName)
-    for (const link of this.#links()) if (link.peerName === peerName) announce(link, s, this.#table.version)
+    for (const link of this.#peerLinks.links()) if (link.peerName === peerName) announce(link, s, this.#table.version)
   }
 
   /**
@@ -222,7 +223,7 @@ export class TransferAgent extends EventEmitter {
     // Every link of that name, adopted or still in its handshake (resync() tells the latter).
     await revokeHolders(s, peerName)
     const v = this.#table.version
-    for (const link of this.#links()) if (link.peerName === peerName) void link.sendTable(() => [{ t: 'del', v, name: s.name }])
+    for (const link of this.#peerLinks.links()) if (link.peerName === peerName) void link.sendTable(() => [{ t: 'del', v, name: s.name }])
   }
 
   /** A registered segment granted per peer (register's `peers`). */
@@ -230,13 +231,6 @@ export class TransferAgent extends EventEmitter {
     const s = this.#table.resolve(segment)
     if (!s.grants) throw new RdmaError(`Segment '${s.name}' is shared by every peer through its region's key: register it with options.peers to grant and revoke it per peer`, { code: 'ERR_SEGMENT_SHARED' })
     return s
-  }
-
-  /** The links of the peers connected now. */
-  #links(): Link[] {
-    const links: Link[] = []
-    for (const peer of this.#peers.values()) if (peer.link) links.push(peer.link)
-    return links
   }
 
   /**
@@ -252,7 +246,7 @@ export class TransferAgent extends EventEmitter {
     const s = this.#table.resolve(segment)
     this.#table.remove(s)
     const v = this.#table.version
-    const links = this.#links()
+    const links = this.#peerLinks.links()
     for (const link of links) void link.sendTable(() => [{ t: 'del', v, name: s.name }])
     this.#registry?.publish()
     // Peers that may have batches naming it in flight answer 'released' once those settled (within the stall bound).
@@ -267,7 +261,7 @@ export class TransferAgent extends EventEmitter {
     }
   }
 
-  // --- peers -----------------------------------------------------------------
+  // --- peers (peer-links.ts) -------------------------------------------------
 
   /**
    * Connects to a peer: data QPs set up, segment tables exchanged. The peer is
@@ -280,221 +274,8 @@ export class TransferAgent extends EventEmitter {
   connect(options: PeerConnectOptions): Promise<Peer>
   connect(name: string, options?: WaitOptions): Promise<Peer>
   connect(record: PeerRecord, options?: WaitOptions): Promise<Peer>
-  async connect(target: PeerConnectOptions | string | PeerRecord, options: WaitOptions = {}): Promise<Peer> {
-    this.#assertOpen()
-    if (typeof target === 'string' || isPeerRecord(target)) {
-      const wait = waitOptions({ timeoutMs: this.#handshakeMs, ...optionalObject(options, 'options') })
-      return typeof target === 'string' ? this.#connectByName(target, wait) : this.#connectRecord(target, wait)
-    }
-    const o = object(target, 'options')
-    if (typeof o.host !== 'string') throw typeError('an IP address', 'options.host', o.host)
-    const port = integer(o.port, 'options.port', 1, 65535)
-    const wait = waitOptions({ timeoutMs: o.timeoutMs ?? this.#handshakeMs, signal: o.signal })
-    const link = await this.#transport.connect(o.host, port, wait.timeoutMs!, wait.signal)
-    return this.#adopt(link, { host: o.host, port })
-  }
-
-  #needRegistry(value: unknown): EtcdRegistry {
-    if (!this.#registry) throw typeError('{ host, port } (connecting by name or record needs options.metadata)', 'options', value)
-    return this.#registry
-  }
-
-  async #connectByName(name: string, wait: WaitOptions): Promise<Peer> {
-    const registry = this.#needRegistry(name)
-    if (!isAgentName(name)) throw typeError(NAME_RULE, 'name', name)
-    // A healthy handle of that name first (after a restart the old incarnation's broken one may still be here).
-    const named = [...this.#peers.values()].filter((p) => p.name === name)
-    const known = named.find((p) => p.link?.healthy) ?? named[0]
-    if (known) {
-      known.byName = true
-      await this.#linkOf(known, wait)
-      return known
-    }
-    const deadline = Date.now() + wait.timeoutMs!
-    const record = await registry.lookup(name, wait.timeoutMs!)
-    return this.#connectRecord(record, { ...wait, timeoutMs: Math.max(1, deadline - Date.now()) })
-  }
-
-  async #connectRecord(record: PeerRecord, wait: WaitOptions): Promise<Peer> {
-    this.#needRegistry(record)
-    const existing = this.#peers.get(record.incarnation)
-    if (existing?.link?.healthy) return existing
-    // One handshake per incarnation at a time: a second link would replace the first on both sides, and a
-    // write that completed on the first would lose its notification (the peer drops the replaced link's).
-    let connecting = this.#connecting.get(record.incarnation)
-    if (!connecting) {
-      connecting = (async () => {
-        const link = await this.#dial(record, wait)
-        const peer = this.#adopt(link, undefined)
-        peer.byName = true
-        return peer
-      })().finally(() => this.#connecting.delete(record.incarnation))
-      this.#connecting.set(record.incarnation, connecting)
-      return connecting
-    }
-    return bounded(connecting, 'connect', wait)
-  }
-
-  /**
-   * A link to the incarnation `record` names: its addresses (one per rail) dialed in order, each within an
-   * equal share of what is left of the bound, the next one when one does not answer (dialAddresses()).
-   */
-  #dial(record: PeerRecord, wait: WaitOptions): Promise<Link> {
-    return dialAddresses(record, wait.timeoutMs ?? this.#handshakeMs, (address, timeoutMs) =>
-      this.#transport.connect(address.host, address.port, timeoutMs, wait.signal, record.incarnation))
-  }
-
-  /** A peer left the cluster: the links to that incarnation fail now (not after RC retries), then listeners hear it. */
-  #onPeerLeft(event: PeerLeftEvent): void {
-    if (this.#closed) return
-    for (const peer of this.#peers.values()) {
-      const link = peer.link
-      if (peer.id !== event.record.incarnation || !link?.healthy) continue
-      this.#linkFailed(peer, link, new RdmaError(`Peer '${event.record.name}' left the cluster (${event.reason === 'replaced' ? 'a new incarnation took its name' : event.reason === 'missing' ? 'its record did not come back' : 'its lease expired or it closed'})`, { code: 'ERR_PEER_GONE' }))
-    }
-    this.emit('peerLeft', event)
-  }
-
-  #onAccepting(accepting: Promise<Link>): void {
-    // A failed handshake is the peer's problem: it is reported, never thrown.
-    accepting.then((link) => {
-      // Closed meanwhile (its close delivered the handshake's last message): the link goes too.
-      if (this.#closed) return link.close()
-      this.emit('peer', this.#adopt(link, undefined))
-    }, (error: unknown) => { if (!this.#closed) this.emit('handshakeError', error) })
-  }
-
-  #adopt(link: Link, address: { host: string; port: number } | undefined): Peer {
-    if (this.#closed) {
-      link.close()
-      throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
-    }
-    let peer = this.#peers.get(link.peerAgent)
-    if (peer && peer.link !== link) {
-      peer.link?.fail(new RdmaError('The peer connected again', { code: 'ECONNRESET' }))
-      peer.adopt(link)
-      peer.counters.reconnects++
-    } else if (!peer) {
-      peer = new Peer(link.peerAgent, link.peerName, link, address)
-      this.#peers.set(peer.id, peer)
-    }
-    resync(link, this.#table)
-    link.onRailDown = (rail) => { this.#railFailovers[rail] = this.#railFailovers[rail]! + 1 }
-    const owner = peer
-    link.listen((message) => this.#onMessage(owner, link, message), (error) => this.#linkFailed(owner, link, error), (message) => this.#notified(owner, message))
-    return peer
-  }
-
-  #onMessage(peer: Peer, link: Link, message: ControlMessage): void {
-    switch (message.t) {
-      case 'n': return this.#notified(peer, decodeNotification(message))
-      case 'm':
-        for (const item of message.list) this.#onMessage(peer, link, item)
-        return
-      case 'add': return link.remote.add(message.seg, message.v, link.lanes.length)
-      case 'del': // answered once this side's batches posted before it settled: the peer deregisters then
-        link.remote.remove(message.name, message.v)
-        return void link.drained().then(() => link.broadcast({ t: 'released', v: message.v, name: message.name }))
-      case 'released': return this.#releases.released(link, message.name, message.v)
-      default: throw new RdmaError(`Unexpected control message ${JSON.stringify(message).slice(0, 100)}`, { code: 'ERR_TRANSFER_PROTOCOL' })
-    }
-  }
-
-  /** A notification from `peer` (its data, if any, is in place). */
-  #notified(peer: Peer, message: string | Buffer): void {
-    peer.counters.notificationsReceived++
-    const notification = { peer, message }
-    this.emit('notification', notification)
-    this.#feed.push(notification)
-  }
-
-  #linkFailed(peer: Peer, link: Link, error: Error): void {
-    if (link.error) return
-    this.#releases.linkGone(link)
-    const coded = error instanceof RdmaError ? error : new RdmaError(error.message, { code: 'ECONNRESET', cause: error })
-    // Each run fails once closing the QPs has delivered the completions already in the CQ (they count as landed).
-    for (const run of link.runs) run.linkFailed(coded, 'the link to the peer failed')
-    link.fail(coded)
-    if (!this.#closed) this.emit('peerLost', { peer, error: coded })
-  }
-
-  /** Throws ERR_INVALID_ARG_TYPE unless `peer` is a Peer of this agent (a closed one is no longer). */
-  #assertPeer(peer: Peer): void {
-    if (!(peer instanceof Peer) || this.#peers.get(peer.id) !== peer) throw typeError('a Peer of this agent', 'peer', peer)
-  }
-
-  /**
-   * The peer's link, fresh if the last one failed: a peer reached by name is
-   * looked up again (a restarted one is reached at its new incarnation), one
-   * reached by address is dialed there again; one that connected to this
-   * agent fails fast, unless the metadata knows its name.
-   */
-  async #linkOf(peer: Peer, wait: WaitOptions): Promise<Link> {
-    const healthy = this.#healthyLink(peer)
-    if (healthy) return healthy
-    const address = peer.address
-    if (this.#registry && (peer.byName || (!address && isAgentName(peer.name)))) return this.#relinkByName(peer, this.#registry, wait)
-    if (!address) {
-      throw new RdmaError(`The link to peer ${peer.name} failed (${peer.link?.error?.code}); it connected to this agent, so it must connect again`, { code: 'ERR_PEER_GONE', cause: peer.link?.error })
-    }
-    // One attempt for every caller, bounded by the handshake bound alone; each caller waits within its own bound.
-    peer.relinking ??= this.#transport.connect(address.host, address.port, this.#handshakeMs).then((link) => {
-      peer.relinking = undefined
-      this.#relinked(peer, link, address)
-      return link
-    }, (error: unknown) => {
-      peer.relinking = undefined
-      throw new RdmaError(`Cannot reconnect to peer ${peer.name} at ${address.host}:${address.port}: ${(error as Error).message}`, { code: (error as RdmaError).code ?? 'ECONNREFUSED', cause: error })
-    })
-    return bounded(peer.relinking, 'reconnect', wait)
-  }
-
-  /** The peer's link if it is healthy now, else undefined (#linkOf makes a fresh one); throws what #linkOf rejects with first. */
-  #healthyLink(peer: Peer): Link | undefined {
-    this.#assertOpen()
-    this.#assertPeer(peer)
-    if (peer.state === 'closed') throw new RdmaError('The peer was closed', { code: 'ERR_CLOSED' })
-    const link = peer.link
-    if (!link?.healthy) return undefined
-    // A rail failed on it a while ago and nothing runs on it: made anew (every rail again), if this side can dial the peer.
-    if (link.railDownAt > 0 && link.runs.size === 0 && performance.now() - link.railDownAt >= this.#railRetryMs && (peer.address || peer.byName)) {
-      this.#releases.linkGone(link)
-      link.fail(new RdmaError('The link is made anew to retry a rail that failed', { code: 'ECONNRESET' }))
-      return undefined
-    }
-    return link
-  }
-
-  /** A new link under an old handle; another agent (a restarted process) answering keeps the handle with its new identity. */
-  #relinked(peer: Peer, link: Link, address: { host: string; port: number } | undefined): void {
-    if (link.peerAgent !== peer.id) {
-      this.#peers.delete(peer.id)
-      peer.rename(link.peerAgent)
-      this.#peers.set(peer.id, peer)
-    }
-    this.#adopt(link, address)
-  }
-
-  /** Looks the peer's name up again and dials the incarnation registered now; a name nobody has any more is ERR_PEER_GONE. */
-  #relinkByName(peer: Peer, registry: EtcdRegistry, wait: WaitOptions): Promise<Link> {
-    peer.relinking ??= (async () => {
-      const deadline = Date.now() + this.#handshakeMs
-      let record: PeerRecord
-      try {
-        record = await registry.lookup(peer.name, deadline - Date.now())
-      } catch (error) {
-        if ((error as RdmaError).code !== 'ERR_PEER_UNKNOWN') throw error
-        throw new RdmaError(`Peer '${peer.name}' is gone: no agent is registered under its name (its link failed: ${peer.link?.error?.code})`, { code: 'ERR_PEER_GONE', cause: error })
-      }
-      const link = await this.#dial(record, { timeoutMs: Math.max(1, deadline - Date.now()) })
-      if (this.#closed) {
-        link.close()
-        throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
-      }
-      this.#relinked(peer, link, peer.address)
-      return link
-    })().finally(() => { peer.relinking = undefined })
-    return bounded(peer.relinking, 'reconnect', wait)
+  connect(target: PeerConnectOptions | string | PeerRecord, options: WaitOptions = {}): Promise<Peer> {
+    return this.#peerLinks.connect(target, options)
   }
 
   // --- transfers -------------------------------------------------------------
@@ -522,7 +303,7 @@ export class TransferAgent extends EventEmitter {
     const wait = this.#bounded(optionalObject(options, 'options'))
     wait.timeoutMs ??= this.#stallMs // one send: no completion within the stall bound is a stall
     const payload = noticePayload(message)
-    const link = await this.#linkOf(peer, wait)
+    const link = await this.#peerLinks.linkOf(peer, wait)
     const notices = link.notices // RDMA: on the data QPs, numbered with the transfers'; TCP: on the control channel
     await bounded(notices ? notices.send(notices.take(), payload) : link.queueMessage(Promise.resolve(true), encodeNotification(payload)), 'notify', wait)
     peer.counters.notificationsSent++
@@ -530,7 +311,7 @@ export class TransferAgent extends EventEmitter {
 
   /** Checks blocks once (segments, rights, bounds), coalesces and slices them; run() posts them. */
   prepare(peer: Peer, op: TransferOp, blocks: Blocks): TransferPlan {
-    this.#assertPeer(peer)
+    this.#peerLinks.assertPeer(peer)
     oneOf(op, 'op', ['read', 'write'] as const)
     const link = peer.link
     if (!link?.healthy) throw new RdmaError(`Peer ${peer.name} is not connected (${peer.state}); prepare after a transfer reconnected it`, { code: 'ERR_PEER_GONE' })
@@ -542,7 +323,7 @@ export class TransferAgent extends EventEmitter {
       const wait = this.#bounded(o)
       const progress = progressOptions(o, this.#stallMs)
       const notify = options.notify === undefined ? undefined : noticePayload(options.notify)
-      const current = await this.#linkOf(peer, wait)
+      const current = await this.#peerLinks.linkOf(peer, wait)
       // A new link (the peer's table, its rkeys, are new), or a segment withdrawn since (perhaps registered again under its name): checked anew.
       if (current !== checkedOn || !isCurrent(checked, used)) {
         checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length, current.laneWeights()))
@@ -564,9 +345,9 @@ export class TransferAgent extends EventEmitter {
       const progress = progressOptions(o, this.#stallMs)
       const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
       const started = wait.timeoutMs === undefined ? 0 : Date.now()
-      const link = this.#healthyLink(peer)
+      const link = this.#peerLinks.healthyLink(peer)
       if (link) return this.#start(op, peer, link, blocks, selected, wait, progress, notify, started)
-      return this.#linkOf(peer, wait).then((fresh) => this.#start(op, peer, fresh, blocks, selected, wait, progress, notify, started))
+      return this.#peerLinks.linkOf(peer, wait).then((fresh) => this.#start(op, peer, fresh, blocks, selected, wait, progress, notify, started))
     } catch (error) {
       return Promise.reject(error)
     }
@@ -599,22 +380,15 @@ export class TransferAgent extends EventEmitter {
   /** Counters per peer and in total, with transfer latency percentiles. */
   stats(): AgentStats {
     const peers: AgentStats['peers'] = {}
-    for (const peer of this.#peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
+    for (const peer of this.#peerLinks.peers.values()) peers[peer.id] = { ...peer.stats(), name: peer.name, state: peer.state }
     const rails = this.#railNames.map((device, i) => ({ device, bytes: this.#railBytes[i]!, failovers: this.#railFailovers[i]! }))
-    return { transport: this.transport, grants: this.#transport.grants, total: totalStats([...this.#peers.values()].map((p) => p.counters)), peers, rails }
+    return { transport: this.transport, grants: this.#transport.grants, total: totalStats([...this.#peerLinks.peers.values()].map((p) => p.counters)), peers, rails }
   }
 
   // --- closing ---------------------------------------------------------------
 
   /** Closes a peer's link (transfers in flight fail with ERR_CLOSED). */
-  closePeer(peer: Peer): void {
-    if (!(peer instanceof Peer)) throw typeError('a Peer of this agent', 'peer', peer)
-    if (this.#peers.get(peer.id) !== peer) return // closed already, or another agent's
-    const link = peer.link
-    if (link) this.#linkFailed(peer, link, new RdmaError('The peer was closed', { code: 'ERR_CLOSED' }))
-    peer.markClosed()
-    this.#peers.delete(peer.id)
-  }
+  closePeer(peer: Peer): void { this.#peerLinks.close(peer) }
 
   /**
    * Stops listening, closes every peer, deregisters the segments and closes
@@ -628,7 +402,7 @@ export class TransferAgent extends EventEmitter {
     this.#closed = true
     const leaving = this.#registry?.close() ?? Promise.resolve()
     this.#transport.stop()
-    for (const peer of [...this.#peers.values()]) this.closePeer(peer)
+    for (const peer of [...this.#peerLinks.peers.values()]) this.closePeer(peer)
     this.#feed.end()
     for (const segment of [...this.#table.byName.values()]) this.#table.remove(segment)
     this.#transport.close()
