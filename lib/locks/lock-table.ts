@@ -148,6 +148,8 @@ export class RemoteLockTable {
     let seen = FREE
     let seenSince = 0
     let leaseStart = now
+    let backoffs = 0 // sleeps after finding the lock held: the backoff grows with these, not with retries at once
+    let caughtUp = false // the last CAS was the one retry at once after finding the lock held at a newer sequence
     try {
       for (;;) {
         attempt++
@@ -178,8 +180,14 @@ export class RemoteLockTable {
         // The waiter's clock starts when it has seen the value (after the holder's lease started).
         if (before !== seen) { seen = before; seenSince = now }
         else if (now - seenSince >= this.leaseMs + this.graceMs) { expect = before; continue } // steal next
+        const stale = sequenceOf(before) !== sequenceOf(expect) // the lock changed hands since this client last looked
         expect = releasedWord(before) // what its holder's release will leave
-        const delay = backoffMs(attempt - 1, this.maxBackoffMs)
+        // After a sleep the word expected is usually stale (a busy holder releases and takes the lock again
+        // many times in one backoff): try the fresh one once at once, else a waiter could only win if the
+        // holder had not come back since its last look, and a busy holder would starve it.
+        if (stale && !caughtUp) { caughtUp = true; continue }
+        caughtUp = false
+        const delay = backoffMs(backoffs++, this.maxBackoffMs)
         if (performance.now() + delay >= deadline) throw timedOut(lock, timeoutMs, attempt, before)
         await bound.wait(sleep(delay))
       }
