@@ -4,7 +4,8 @@
 // after its lease and whose fencing token is refused when replayed, and the
 // client's coded errors, all against the real device.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RemoteLockTable, decodeWord, type Device } from '../../dist/index.js'
+import { RemoteLockTable, decodeWord, type Device, type QueuePair, type RemoteSlice } from '../../dist/index.js'
+import { heldWord, releasedWord } from '../../dist/locks/lock-word.js'
 import { connectedPair, setU64, testDevice, u64 } from './helpers.js'
 import { exactness, expectExactServer, runLockTableExample, summary } from '../lock-table-example.js'
 
@@ -136,6 +137,39 @@ describe('RemoteLockTable', () => {
       expect(u64(pair.b.region, 0)).toBe(stolen.word)
       expect(() => holder.checkLease(grant)).toThrow(expect.objectContaining({ code: 'ERR_LOCK_LEASE_EXPIRED' }))
       await waiter.release(stolen)
+    } finally {
+      pair.close()
+    }
+  })
+
+  it('a waiter whose word went stale while it slept tries the current one at once (a busy holder does not starve it)', async () => {
+    // The busy holder is this test, writing the lock word in b's memory just before each of the waiter's
+    // CAS runs (every CAS is real): if the waiter slept since its last CAS, the holder has released and
+    // taken the lock again (sequence + 1, held); if it retries at once, the holder has only released.
+    // The client before a68adc1 kept expecting the word of its last look after each sleep (this fails with it).
+    const { pair, remote } = await table()
+    try {
+      let sequence = 5n
+      let slept = true
+      const holderWrites = (): void => {
+        if (slept) setU64(pair.b.region, 0, heldWord(9, ++sequence))
+        else setU64(pair.b.region, 0, releasedWord(heldWord(9, sequence)))
+        slept = false
+      }
+      const qp = pair.a.qp
+      const waiterQp = {
+        compareAndSwap: (slot: RemoteSlice, compare: bigint, swap: bigint) => {
+          holderWrites()
+          const done = qp.compareAndSwap(slot, compare, swap)
+          // A sleep goes through setImmediate or a timer, so this runs first; a retry at once is posted before it.
+          void done.then(() => setImmediate(() => { slept = true }), () => {})
+          return done
+        },
+      } as unknown as QueuePair
+      const waiter = new RemoteLockTable(waiterQp, { locks: remote.slice(0, 16), owner: 2, leaseMs: 60_000 })
+      const grant = await waiter.acquire(0, { timeoutMs: 2_000 })
+      expect(grant).toMatchObject({ attempts: 2, token: 7n }) // found held at 6, retried at once on free 6
+      expect(u64(pair.b.region, 0)).toBe(grant.word)
     } finally {
       pair.close()
     }
