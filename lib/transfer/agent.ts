@@ -31,7 +31,7 @@ import { RdmaTransport } from './rdma-transport.js'
 import { TcpTransport } from './tcp/transport.js'
 import { totalStats } from './stats.js'
 import type { TransferAgentOptions, RegisterOptions, PeerConnectOptions, TransferAgentEvents, NotificationMessage, TransferOptions, Notification, AgentStats } from './agent-options.js'
-import { PeerLinks } from './peer-links.js'
+import { agentClosed, PeerLinks } from './peer-links.js'
 import { EtcdRegistry, metadataSettings, isAgentName, NAME_RULE, type MetadataState, type PeerRecord } from './metadata/index.js'
 
 /** Typed listener methods (the rest of EventEmitter is Node's). */
@@ -411,6 +411,6 @@ export class TransferAgent extends EventEmitter {
 
   [Symbol.dispose](): void { void this.close() }
 
-  #assertOpen(): void { if (this.#closed) throw new RdmaError('The agent was closed', { code: 'ERR_CLOSED' }) }
+  #assertOpen(): void { if (this.#closed) throw agentClosed() }
 }
 

@@ -43,7 +43,8 @@ export interface PeerLinksContext {
 
 type Address = { host: string; port: number }
 
-const agentClosed = () => new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
+/** The error of a call on a closed agent (agent.ts throws it too). */
+export const agentClosed = (): RdmaError => new RdmaError('The agent was closed', { code: 'ERR_CLOSED' })
 
 export class PeerLinks {
   readonly #context: PeerLinksContext
