@@ -12,6 +12,7 @@
 //
 // Options: --rounds N (3), --mib N (64: bytes per transfer), --sizes 65536,16384,4096,
 //   --qps 1,2,4, --ops write,read, --lat-iters N (1000, 0 = no latency rows),
+//   --lat-warm-s N (5: untimed notified writes before each latency case's timed ones),
 //   --out DIR, --from-log FILE (write the files from a captured guest log), --quiet.
 import { spawn } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -37,7 +38,7 @@ export const LATENCY_CASES = [
 ]
 
 function parseArgs(argv) {
-  const o = { rounds: 3, mib: 64, sizes: [65536, 16384, 4096], qps: [1, 2, 4], ops: ['write', 'read'], latIters: 1000, out: undefined, fromLog: undefined, quiet: false }
+  const o = { rounds: 3, mib: 64, sizes: [65536, 16384, 4096], qps: [1, 2, 4], ops: ['write', 'read'], latIters: 1000, latWarmS: 5, out: undefined, fromLog: undefined, quiet: false }
   const list = (v) => v.split(',').map(Number)
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]
@@ -49,6 +50,7 @@ function parseArgs(argv) {
       case '--qps': o.qps = list(val()); break
       case '--ops': o.ops = val().split(','); break
       case '--lat-iters': o.latIters = Number(val()); break
+      case '--lat-warm-s': o.latWarmS = Number(val()); break
       default: commonOption(o, a, val, import.meta.url, 17) // --out, --from-log, --quiet, --help
     }
   }
@@ -66,9 +68,10 @@ async function measure(opts) {
   const bench = await TransferBench.open({ maxBytes: opts.mib * MiB })
   // A latency case with busy-polled data CQs gets agents of its own, closed after it: their polling would load every other case.
   const latencyOf = async (pollMode, bytes, blocks) => {
-    if (pollMode !== 'busy') return bench.notifyLatency(bytes, opts.latIters, undefined, blocks)
+    const o = { warmupMs: opts.latWarmS * 1000, blocks }
+    if (pollMode !== 'busy') return bench.notifyLatency(bytes, opts.latIters, o)
     const busy = await TransferBench.open({ maxBytes: MiB, pollMode: 'busy' })
-    try { return await busy.notifyLatency(bytes, opts.latIters, undefined, blocks) } finally { busy.close() }
+    try { return await busy.notifyLatency(bytes, opts.latIters, o) } finally { busy.close() }
   }
   const device = bench.target.device.name
   const addr = bench.host
@@ -146,7 +149,7 @@ async function measure(opts) {
   function snapshot(roundsDone) {
     return {
       version: 1, date: new Date().toISOString(), device, addr, gidIndex, node: process.version,
-      rounds: opts.rounds, roundsCompleted: roundsDone, mib: opts.mib, txDepth: TX_DEPTH,
+      rounds: opts.rounds, roundsCompleted: roundsDone, mib: opts.mib, txDepth: TX_DEPTH, latencyWarmupS: opts.latWarmS,
       loadAverages: loads,
       rows: [...rows.values()].map((r) => ({
         op: r.op, size: r.size, blocks: r.blocks, qps: r.qps, target: TARGETS[r.size],
@@ -184,7 +187,8 @@ export function markdown(r) {
   const latencies = (r.latencies ?? (r.latency ? [{ blocks: 1, bytes: 4096, ...r.latency }] : [])).filter((l) => l.ours.length || l.perftest.length)
   if (latencies.length) {
     out.push('')
-    out.push('Latency of notified writes (µs, median over rounds of each round\'s median / p99): notified = from write() until the peer\'s handler runs with the data in place; resolved = until write() resolves; ib_write_lat = half its round trip (one way), same bytes. Ratio = notified / ib_write_lat, lower is better.')
+    const warm = r.latencyWarmupS === undefined ? '' : r.latencyWarmupS > 0 ? `, timed after ${r.latencyWarmupS} s of untimed ones` : ', timed from the first (no warm-up)'
+    out.push(`Latency of notified writes (µs, median over rounds of each round's median / p99${warm}): notified = from write() until the peer\'s handler runs with the data in place; resolved = until write() resolves; ib_write_lat = half its round trip (one way), same bytes. Ratio = notified / ib_write_lat, lower is better.`)
     out.push('')
     out.push('| what | typical µs | p99 µs | ratio (notified / ib_write_lat) | target |')
     out.push('|---|---:|---:|---|---:|')

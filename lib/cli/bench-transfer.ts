@@ -55,12 +55,21 @@ export interface NotifyLatencyResult {
   size: number
   blocks: number
   iters: number
+  /** Untimed writes ran this long first. */
+  warmupMs: number
   /** µs from write() until the peer's 'notification' handler runs (the data is in place then): median, p99. */
   notifiedTypical: number
   notifiedP99: number
   /** µs from write() until its promise resolves: median, p99. */
   resolvedTypical: number
   resolvedP99: number
+}
+
+export interface NotifyLatencyOptions {
+  /** Untimed notified writes first, for this long (default 5000; 0: timed from the first). */
+  warmupMs?: number
+  /** Blocks the bytes are split into (default 1). */
+  blocks?: number
 }
 
 export interface TransferBenchOptions {
@@ -229,40 +238,52 @@ export class TransferBench {
   /**
    * Latency of a notified write of `size` bytes in `blocks` blocks, one at a
    * time: from the call until the peer's handler runs (and finds the data),
-   * and until the promise resolves. Initiator with 1 QP.
+   * and until the promise resolves. Initiator with 1 QP. Untimed writes run
+   * for `warmupMs` first (default 5 s, as the CLI's other benches: V8
+   * optimizes the path over the first seconds, and a few hundred writes
+   * measure the interpreter), then `iters` are timed.
    */
-  async notifyLatency(size: number, iters: number, warmup = Math.min(100, Math.ceil(iters / 10)), blocks = 1): Promise<NotifyLatencyResult> {
+  async notifyLatency(size: number, iters: number, options: NotifyLatencyOptions = {}): Promise<NotifyLatencyResult> {
+    const warmupMs = options.warmupMs ?? 5000
+    const blocks = options.blocks ?? 1
     const { agent, peer, kv } = await this.#initiator(1)
     // `blocks` blocks of size / blocks bytes, a gap between them (none coalesces); the last byte of the last one is checked.
     const blockSize = Math.floor(size / blocks)
     const block = Array.from({ length: blocks }, (_, i) => ({ local: [kv, 2 * i * blockSize] as const, remote: ['pool', 2 * i * blockSize] as const, length: blockSize }))
     const lastByte = 2 * (blocks - 1) * blockSize + blockSize - 1
-    const notified = new Float64Array(iters)
-    const resolved = new Float64Array(iters)
-    for (let i = 0; i < warmup + iters; i++) {
-      const seq = (i % 255) + 1
+    let i = 0
+    /** One notified write, checked: its times (µs) from the call until it resolved and until the handler ran. */
+    const once = async (): Promise<{ resolved: number; notified: number }> => {
+      const n = i++
+      const seq = (n % 255) + 1
       kv.bytes[lastByte] = seq
       const arrived = new Promise<number>((resolve, reject) => {
         this.#notified = (message) => {
-          if (message !== String(i)) return reject(new Error(`notification ${message}, expected ${i}`))
-          if (this.pool.bytes[lastByte] !== seq) return reject(new Error(`notification ${i} came before its data`))
+          if (message !== String(n)) return reject(new Error(`notification ${message}, expected ${n}`))
+          if (this.pool.bytes[lastByte] !== seq) return reject(new Error(`notification ${n} came before its data`))
           resolve(performance.now())
         }
       })
       const t0 = performance.now()
-      await agent.write(peer, block, { notify: String(i), timeoutMs: 60_000 })
+      await agent.write(peer, block, { notify: String(n), timeoutMs: 60_000 })
       const t1 = performance.now()
       const t2 = await arrived
-      if (i >= warmup) {
-        resolved[i - warmup] = (t1 - t0) * 1000
-        notified[i - warmup] = (t2 - t0) * 1000
-      }
+      return { resolved: (t1 - t0) * 1000, notified: (t2 - t0) * 1000 }
+    }
+    const warmEnd = performance.now() + warmupMs
+    while (performance.now() < warmEnd) await once()
+    const notified = new Float64Array(iters)
+    const resolved = new Float64Array(iters)
+    for (let k = 0; k < iters; k++) {
+      const t = await once()
+      resolved[k] = t.resolved
+      notified[k] = t.notified
     }
     this.#notified = undefined
     notified.sort()
     resolved.sort()
     return {
-      kind: 'notify-latency', size, blocks, iters,
+      kind: 'notify-latency', size, blocks, iters, warmupMs,
       notifiedTypical: quantile(notified, 0.5), notifiedP99: quantile(notified, 0.99),
       resolvedTypical: quantile(resolved, 0.5), resolvedP99: quantile(resolved, 0.99),
     }

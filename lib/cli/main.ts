@@ -24,12 +24,13 @@ const USAGE = `usage: node-ibverbs COMMAND
                                    TEST: write_bw read_bw send_bw atomic_fadd_bw atomic_cas_bw
                                          write_lat read_lat send_lat
   bench transfer [--op write|read] [--blocks N] [--block-size N] [--qps N] [--repeat N]
-             [--latency] [--iters N] [--host ADDR] [--device NAME] [--transport rdma|tcp]
+             [--latency [--warm-s N | --cold]] [--iters N] [--host ADDR] [--device NAME] [--transport rdma|tcp]
              [--net] [--json]
                                    the transfer engine: two agents on the device move
                                    N random non-contiguous blocks (default 4096 x 16 KiB)
                                    in one transfer, every block checked; --latency: a
-                                   1-block write with a notification, one at a time;
+                                   1-block write with a notification, one at a time,
+                                   after --warm-s seconds (default 5) untimed;
                                    --transport tcp: two agents on loopback, no device;
                                    --net: a plain node:net socket moving the same bytes;
                                    on a terminal a progress line (bytes, rate, ETA) on stderr
@@ -252,7 +253,7 @@ function warmNote(seconds: number): string {
 }
 
 async function benchTransfer(argv: string[]): Promise<void> {
-  const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device', 'transport']))
+  const { flags } = parse(argv, new Set(['op', 'blocks', 'block-size', 'qps', 'repeat', 'iters', 'size', 'host', 'device', 'transport', 'warm-s']))
   const { TransferBench } = await import('./bench-transfer.js')
   const num = (k: string, d: number): number => positiveInt(flags, k, d)
   const text = (k: string): string | undefined => { const v = flags.get(k); return typeof v === 'string' ? v : undefined }
@@ -272,13 +273,15 @@ async function benchTransfer(argv: string[]): Promise<void> {
   }
   try {
     if (flags.has('latency')) {
-      const r = await bench.notifyLatency(num('size', 4096), num('iters', 1000))
+      const warmSeconds = flags.has('cold') ? 0 : num('warm-s', 5)
+      const r = await bench.notifyLatency(num('size', 4096), num('iters', 1000), { warmupMs: warmSeconds * 1000 })
       if (flags.has('json')) return console.log(JSON.stringify(r, null, 2))
       const f = (v: number) => v.toFixed(2)
       console.log(table([
         ['#bytes', '#iterations', 'notified typ[usec]', 'notified 99%[usec]', 'resolved typ[usec]', 'resolved 99%[usec]'],
         [String(r.size), String(r.iters), f(r.notifiedTypical), f(r.notifiedP99), f(r.resolvedTypical), f(r.resolvedP99)],
       ]))
+      console.log(warmNote(warmSeconds))
       return
     }
     const c = { op, blocks, blockSize, qps: num('qps', 2), repeat: num('repeat', 1) } as const
