@@ -65,6 +65,7 @@ const load = () => loadavg().map((l) => l.toFixed(1)).join(' ')
 async function measure(opts) {
   const { TransferBench } = await import('../dist/cli/bench-transfer.js')
   const { perftest, roceV2Ipv4GidIndex } = await import('./perftest.mjs')
+  const { notifyFloor } = await import('./notify-floor.mjs')
   const bench = await TransferBench.open({ maxBytes: opts.mib * MiB })
   // A latency case with busy-polled data CQs gets agents of its own, closed after it: their polling would load every other case.
   const latencyOf = async (pollMode, bytes, blocks) => {
@@ -84,7 +85,7 @@ async function measure(opts) {
     if (!rows.has(key)) rows.set(key, { op, size, blocks: (opts.mib * MiB) / size, qps, perftest: [], ours: [], ratios: [], errors: [] })
     return rows.get(key)
   }
-  const latencies = LATENCY_CASES.map((c) => ({ ...c, perftest: [], sendLat: [], ours: [], ratios: [], errors: [] }))
+  const latencies = LATENCY_CASES.map((c) => ({ ...c, perftest: [], sendLat: [], floor: [], ours: [], ratios: [], errors: [] }))
   const loads = [load()]
   const started = Date.now()
   const at = () => `${((Date.now() - started) / 1000).toFixed(0)}s`
@@ -127,6 +128,9 @@ async function measure(opts) {
             await perftest({ test: 'send_lat', size: bytes, iters: opts.latIters, txDepth: TX_DEPTH, device, gidIndex, addr })
               .then((p) => latency.sendLat.push(p), (e) => log(`  perftest send_lat ${bytes}: ${String(e.message).split('\n')[0]}`))
           }
+          // Node's floor: the same work requests through the verbs layer alone (bench/notify-floor.mjs).
+          await notifyFloor({ size: bytes, blocks, pollMode, iters: opts.latIters, warmupMs: opts.latWarmS * 1000 })
+            .then((f) => latency.floor.push(f), (e) => log(`  notify-floor ${bytes}: ${String(e?.message ?? e).split('\n')[0]}`))
           try {
             const r = await latencyOf(pollMode, bytes, blocks)
             latency.ours.push(r)
@@ -162,6 +166,7 @@ async function measure(opts) {
         blocks: latency.blocks, bytes: latency.bytes, target: latency.target, pollMode: latency.pollMode,
         perftestTypical: median(latency.perftest.map((p) => p.tTypical)), perftestP99: median(latency.perftest.map((p) => p.p99)),
         sendLatTypical: median((latency.sendLat ?? []).map((p) => p.tTypical)), sendLatP99: median((latency.sendLat ?? []).map((p) => p.p99)),
+        floorTypical: median(latency.floor.map((f) => f.typical)), floorP99: median(latency.floor.map((f) => f.p99)),
         notifiedTypical: median(latency.ours.map((o) => o.notifiedTypical)), notifiedP99: median(latency.ours.map((o) => o.notifiedP99)),
         resolvedTypical: median(latency.ours.map((o) => o.resolvedTypical)), resolvedP99: median(latency.ours.map((o) => o.resolvedP99)),
         ratioMedian: median(latency.ratios), ratioMin: Math.min(...latency.ratios), ratioMax: Math.max(...latency.ratios),
@@ -197,6 +202,7 @@ export function markdown(r) {
       const meets = l.target !== undefined && Number.isFinite(l.ratioMedian) ? (l.ratioMedian <= l.target ? ' (met)' : ' (missed)') : ''
       out.push(`| ib_write_lat ${sizeName(l.bytes)} | ${fmt(l.perftestTypical)} | ${fmt(l.perftestP99)} | | |`)
       if (Number.isFinite(l.sendLatTypical)) out.push(`| ib_send_lat ${sizeName(l.bytes)} (data + a receive completion, no library) | ${fmt(l.sendLatTypical)} | ${fmt(l.sendLatP99)} | ${fmt(l.sendLatTypical / l.perftestTypical)} | |`)
+      if (Number.isFinite(l.floorTypical)) out.push(`| Node's floor, ${name}: the same work requests by postBatch(), until recv() resolves | ${fmt(l.floorTypical)} | ${fmt(l.floorP99)} | ${fmt(l.floorTypical / l.perftestTypical)} | |`)
       out.push(`| ours, ${name}, notified | ${fmt(l.notifiedTypical)} | ${fmt(l.notifiedP99)} | ${fmt(l.ratioMedian)} [${fmt(l.ratioMin)}–${fmt(l.ratioMax)}] | ≤ ${l.target ?? '–'}${meets} |`)
       out.push(`| ours, ${name}, resolved | ${fmt(l.resolvedTypical)} | ${fmt(l.resolvedP99)} | | |`)
     }
