@@ -45,6 +45,28 @@ const device = openDevice(process.env.SOFTROCE_DEVICE || undefined)
 const busy = await connectedPair(device, 'busy')
 const event = await connectedPair(device, 'event')
 const engine = await enginePair()
+const floor = await floorPair()
+
+/**
+ * What the engine posts for a notified 4 KiB write (a WRITE, then a
+ * SEND_WITH_IMM with a short message), by the verbs layer alone: one
+ * postBatch, the receiver's recv() resolving (bench/notify-floor.mjs times it).
+ */
+async function floorPair() {
+  const { Access } = await import(lib('index.js'))
+  const pd = device.allocPd()
+  const side = () => {
+    const cq = device.createCq({ entries: 1024 })
+    const qp = pd.createQp({ type: 'RC', sendCq: cq, recvCq: cq, maxSendWr: 128, maxRecvWr: 128 })
+    return { qp, mr: pd.allocRegion(8192, Access.LocalWrite | Access.RemoteWrite) }
+  }
+  const c = side(), s = side()
+  await c.qp.connect(s.qp.endpoint())
+  await s.qp.connect(c.qp.endpoint())
+  const batch = [{ op: 'write', local: c.mr.slice(0, 4096), remote: s.mr.asRemote().slice(0, 4096) }, { op: 'send', local: c.mr.slice(4096, 8), immediate: 1 }]
+  const inbox = s.mr.slice(4096, 1026)
+  return { notified: () => Promise.all([s.qp.recv(inbox), c.qp.postBatch(batch)]) }
+}
 
 /**
  * Two transfer agents in this process, 1 QP per peer, a 4 KiB block: the
@@ -169,6 +191,7 @@ function paths() {
       { label: 'engine: await write() of 4 KiB, 1 QP (both agents)', async: engine.write },
       { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
     ] : []),
+    { label: 'verbs floor of a notified write: WRITE 4 KiB + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified },
   ]
 }
 
