@@ -154,34 +154,39 @@ export class WorkRequestEncoder {
   }
 
   /**
-   * `n` RDMA WRITEs (or READs where `reads[i]` is 1) of one SGE each, with
-   * wr_ids `first` .. `first + n - 1`, only the last signaled unless
-   * `signalEach`: postBatch()'s hot path, one call per batch (a call per
-   * request passes its 64-bit address as a heap number). The caller checked
-   * every slice: a length of 1 .. the max message size, within its region.
+   * `n` requests of one SGE each: `opcodes[i]` (a WRITE or READ of
+   * `remotes[i]`, or a SEND with no remote), immediate data `imms[i]` where
+   * the opcode carries it, with wr_ids `first` .. `first + n - 1`, only the
+   * last signaled unless `signalEach`: postBatch()'s hot path, one call per
+   * batch (a call per request passes its 64-bit address as a heap number).
+   * The caller checked every slice: a length of 1 .. the max message size,
+   * within its region.
    */
-  addRdmaColumns(first: number, n: number, locals: readonly LocalBytes[], remotes: readonly RemoteBytes[], reads: readonly number[],
-    baseFlags: number, signalEach: boolean): void {
+  addSliceColumns(first: number, n: number, locals: readonly LocalBytes[], remotes: ReadonlyArray<RemoteBytes | undefined>, opcodes: readonly number[],
+    imms: readonly number[], baseFlags: number, signalEach: boolean): void {
     const stride = SEND_HEADER + SGE_WORDS
     let at = this.reserve(n * stride)
     const w = this.words
     const last = n - 1
     for (let i = 0; i < n; i++, at += stride) {
       const local = locals[i]!
-      const remote = remotes[i]!
+      const remote = remotes[i]
       const region = local.region
       const wrId = first + i
       const address = region.address + local.offset
       w[at] = wrId >>> 0
       w[at + 1] = Math.floor(wrId / TWO_32)
-      w[at + 2] = reads[i] === 1 ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
+      w[at + 2] = opcodes[i]!
       w[at + 3] = signalEach || i === last ? baseFlags | SendFlags.Signaled : baseFlags
       w[at + 4] = 1
-      // Words 5 (immediate data) and 9-12 (atomic operands) are read only for the opcodes that carry them,
-      // 14-15 (UD destination) only when word 13 names an address handle.
-      w[at + 6] = remote.addrLo
-      w[at + 7] = remote.addrHi
-      w[at + 8] = remote.region.rkey
+      // Word 5 (immediate data) is read only for the opcodes that carry it, 9-12 (atomic operands) only
+      // for atomics, 6-8 only for RDMA opcodes, 14-15 (UD destination) only when word 13 names an address handle.
+      w[at + 5] = imms[i]!
+      if (remote !== undefined) {
+        w[at + 6] = remote.addrLo
+        w[at + 7] = remote.addrHi
+        w[at + 8] = remote.region.rkey
+      }
       w[at + 13] = 0
       w[at + 16] = address >>> 0
       w[at + 17] = Math.floor(address / TWO_32)
@@ -195,7 +200,7 @@ export class WorkRequestEncoder {
    * Encodes one signaled READ, WRITE or atomic of `local` (1 byte or more)
    * as the only request, at word 0 (an atomic's operands: then
    * setAtomicOperands(0, ...)): the tagged path's encoder. Like
-   * addRdmaColumns(), it writes only the words the decoder reads for these
+   * addSliceColumns(), it writes only the words the decoder reads for these
    * opcodes, and takes the slices, so the 64-bit address is made here.
    * (Counted: ~250 instructions fewer per tagged post than reset() + addOne(),
    * and than the same writes at an offset after reserve().)

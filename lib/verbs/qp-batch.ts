@@ -2,14 +2,14 @@
 // every kind, posted with one native call) with its hot path for plain
 // writes and reads, and postEncoded() for the transfer engine's columns.
 import { RdmaError } from '../core/errors.js'
-import { SendFlags } from '../core/constants.js'
+import { SendFlags, WrOpcode } from '../core/constants.js'
 import { NO_OPTIONS, object, oneOf, optionalObject, typeError, waitOptions, type WaitOptions } from '../core/validate.js'
 import { splitWr } from '../ops/split.js'
 import type { WorkRequestEncoder } from '../ops/encoder.js'
 import { LocalSlice, type MemoryRegion } from './memory.js'
 import { RemoteSlice } from './remote.js'
 import { wrongPd } from './local-sges.js'
-import { batchAtomicWr, opNameOf, sendWr, type QpContext } from './work-requests.js'
+import { batchAtomicWr, isU32, opNameOf, sendWr, type QpContext } from './work-requests.js'
 import type { BatchOperation, BatchOptions } from './queue-pair-options.js'
 
 const noResult = (): undefined => undefined
@@ -57,35 +57,48 @@ export function postBatch(qp: QpContext, operations: readonly BatchOperation[], 
 }
 
 /**
- * The hot path of postBatch(): every operation a write or read of one slice
- * with no immediate or inline data, none empty or over the max message size.
- * Each is checked as #sendWr checks it, and the batch is encoded straight into
- * the send buffer by one call (no work request objects). Each distinct region
- * is held once. Returns false (nothing done) when an operation is
- * not that simple or fails a check: the general path then says why.
+ * The hot path of postBatch(): every operation one slice, not empty nor over
+ * the max message size, with no inline data: a write or read (a write may
+ * carry immediate data), or a send on a connected QP (with or without
+ * immediate data). Each is checked as sendWr() checks it, and the batch is
+ * encoded straight into the send buffer by one call (no work request
+ * objects). Each distinct region is held once. Returns false (nothing done)
+ * when an operation is not that simple or fails a check: the general path
+ * then says why.
  */
 function simpleBatch(qp: QpContext, operations: readonly BatchOperation[], wait: WaitOptions, mode: 'last' | 'each', baseFlags: number,
   resolve: () => void, reject: (error: Error) => void): boolean {
   const n = operations.length
   const locals: LocalSlice[] = new Array(n)
-  const remotes: RemoteSlice[] = new Array(n)
-  const reads: number[] = new Array(n)
+  const remotes: Array<RemoteSlice | undefined> = new Array(n)
+  const opcodes: number[] = new Array(n)
+  const imms: number[] = new Array(n)
   const maxMessage = qp.maxMessage
   const readable = qp.type === 'RC'
-  const writable = qp.type !== 'UD'
+  const connected = qp.type !== 'UD'
   // The distinct regions, held once each: a batch usually names one.
   let firstRegion: MemoryRegion | undefined
   let regions: MemoryRegion[] | undefined
   for (let i = 0; i < n; i++) {
-    const op = operations[i] as { op?: unknown; local?: unknown; remote?: unknown; immediate?: unknown; inline?: unknown }
+    const op = operations[i] as { op?: unknown; local?: unknown; remote?: unknown; immediate?: unknown; inline?: unknown; invalidateRkey?: unknown }
     if (typeof op !== 'object' || op === null) return false
     const local = op.local
-    const remote = op.remote
-    const read = op.op === 'read'
-    if (!(read ? readable : op.op === 'write' && writable) || !(local instanceof LocalSlice) || !(remote instanceof RemoteSlice) ||
-      op.immediate !== undefined || (op.inline !== undefined && op.inline !== false)) return false
+    const imm = op.immediate
+    if (!(local instanceof LocalSlice) || !connected || (op.inline !== undefined && op.inline !== false) || (imm !== undefined && !isU32(imm))) return false
     const length = local.length
-    if (remote.length !== length || length === 0 || length > maxMessage) return false
+    if (length === 0 || length > maxMessage) return false
+    const kind = op.op
+    if (kind === 'send') {
+      if (op.invalidateRkey !== undefined) return false
+      opcodes[i] = imm === undefined ? WrOpcode.Send : WrOpcode.SendWithImm
+    } else {
+      const remote = op.remote
+      if (!(remote instanceof RemoteSlice) || remote.length !== length) return false
+      if (kind === 'write') opcodes[i] = imm === undefined ? WrOpcode.RdmaWrite : WrOpcode.RdmaWriteWithImm
+      else if (kind === 'read' && readable && imm === undefined) opcodes[i] = WrOpcode.RdmaRead
+      else return false
+      remotes[i] = remote
+    }
     const region = local.region
     if (region !== firstRegion) {
       if (region.pd !== qp.pd || !region.usable) return false // the general path says why
@@ -94,13 +107,12 @@ function simpleBatch(qp: QpContext, operations: readonly BatchOperation[], wait:
       else if (!regions.includes(region)) regions.push(region)
     }
     locals[i] = local
-    remotes[i] = remote
-    reads[i] = read ? 1 : 0
+    imms[i] = imm === undefined ? 0 : imm as number
   }
-  const verb = n === 1 ? (reads[0] === 1 ? 'read' : 'write') : 'batch'
+  const verb = n === 1 ? operations[0]!.op as 'write' | 'read' | 'send' : 'batch'
   const signalEach = mode === 'each'
   qp.queues.submit('send', verb, n, regions ?? firstRegion!, wait, resolve, reject, noResult,
-    (first, enc) => enc.addRdmaColumns(first, n, locals, remotes, reads, baseFlags, signalEach))
+    (first, enc) => enc.addSliceColumns(first, n, locals, remotes, opcodes, imms, baseFlags, signalEach))
   return true
 }
 

@@ -92,6 +92,32 @@ describe('hot paths', () => {
     expect(a.region.inflight).toBe(0)
   })
 
+  it('a batch of data and its notice (a WRITE, a WRITE_WITH_IMM, a SEND_WITH_IMM, a SEND) lands in order: each receive carries its immediate and bytes, the written bytes are in place when the first completes', async () => {
+    const remote = b.region.asRemote()
+    b.region.bytes.fill(0, 24000, 24200)
+    a.region.bytes.set(pattern(64, 11), 20000)
+    a.region.bytes.set(pattern(32, 12), 20064)
+    a.region.bytes.set(pattern(16, 13), 20096)
+    a.region.bytes.set(pattern(8, 14), 20112)
+    const inboxes = [0, 1, 2].map((k) => b.region.slice(30000 + 64 * k, 64))
+    const received = inboxes.map((slice) => b.qp.recv(slice).then((wc) => ({ wc, written: Buffer.from(b.region.bytes.subarray(24000, 24096)) })))
+    await within(a.qp.postBatch([
+      { op: 'write', local: a.region.slice(20000, 64), remote: remote.slice(24000, 64) },
+      { op: 'write', local: a.region.slice(20064, 32), remote: remote.slice(24064, 32), immediate: 0xfeedf00d },
+      { op: 'send', local: a.region.slice(20096, 16), immediate: 42 },
+      { op: 'send', local: a.region.slice(20112, 8) },
+    ]))
+    const [first, second, third] = await within(Promise.all(received))
+    expect(first!.wc).toMatchObject({ opcode: 'RECV_RDMA_WITH_IMM', immediate: 0xfeedf00d, byteLength: 32 })
+    expect(Buffer.compare(first!.written, Buffer.concat([pattern(64, 11), pattern(32, 12)])), 'both writes in place at the first receive').toBe(0)
+    expect(second!.wc).toMatchObject({ opcode: 'RECV', immediate: 42, byteLength: 16 })
+    expect(Buffer.compare(b.region.bytes.subarray(30064, 30080), pattern(16, 13))).toBe(0)
+    expect(third!.wc).toMatchObject({ opcode: 'RECV', byteLength: 8 })
+    expect(third!.wc.immediate).toBeUndefined()
+    expect(Buffer.compare(b.region.bytes.subarray(30128, 30136), pattern(8, 14))).toBe(0)
+    expect(a.region.inflight).toBe(0)
+  })
+
   it('a hot-path batch of reads and writes over two regions, mode each, some waiting for send slots: every byte lands, each region is held until its batch completes', async () => {
     // A send queue of 8: of three batches of 8 posted at once, two wait for slots and are encoded later.
     const { a: x, b: y, close } = await connectedPair(device, { size: 4096, qp: { maxSendWr: 8 } })

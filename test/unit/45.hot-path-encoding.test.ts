@@ -70,30 +70,40 @@ describe('WorkRequestEncoder.addOne', () => {
   })
 })
 
-describe('WorkRequestEncoder.addRdmaColumns (postBatch\'s hot path)', () => {
-  // The words the native decoder reads for an RDMA WRITE or READ: header 0-4, remote 6-8, the AH id 13, the SGE 16-19.
-  const READ_WORDS = [0, 1, 2, 3, 4, 6, 7, 8, 13, 16, 17, 18, 19]
-  const pick = (words: Uint32Array, at: number) => READ_WORDS.map((k) => words[at + k])
+describe('WorkRequestEncoder.addSliceColumns (postBatch\'s hot path)', () => {
+  // The words the native decoder reads: header 0-4, the immediate 5 (for the opcodes that carry it),
+  // remote 6-8 (RDMA opcodes only), the AH id 13, the SGE 16-19.
+  const RDMA_WORDS = [0, 1, 2, 3, 4, 6, 7, 8, 13, 16, 17, 18, 19]
+  const SEND_WORDS = [0, 1, 2, 3, 4, 13, 16, 17, 18, 19]
+  const WITH_IMM: number[] = [WrOpcode.RdmaWriteWithImm, WrOpcode.SendWithImm]
+  const wordsOf = (opcode: number) => {
+    const words = opcode === WrOpcode.Send || opcode === WrOpcode.SendWithImm ? SEND_WORDS : RDMA_WORDS
+    return WITH_IMM.includes(opcode) ? [...words, 5] : words
+  }
+  const pick = (words: Uint32Array, at: number, which: number[]) => which.map((k) => words[at + k])
   const region = { address: 0x7f0012340000, lkey: 0x1234 }
   const local = (offset: number, length: number) => ({ region, offset, length }) as unknown as LocalSlice
   const remote = (addrLo: number, addrHi: number) => ({ addrLo, addrHi, region: { rkey: 0xabcdef01 } }) as unknown as RemoteSlice
 
   it.each([false, true])('writes what addOne writes for each request (signalEach %s), wr_ids across 2^32', (signalEach) => {
-    const first = TWO_32 - 2
-    const locals = [local(0, 8), local(8, 16), local(4096, 1 << 20)]
-    const remotes = [remote(0xfffff000, 0x7f01), remote(0x10, 0x7f01), remote(0x2000, 0x1)]
-    const reads = [0, 1, 0]
+    const first = TWO_32 - 3
+    const locals = [local(0, 8), local(8, 16), local(4096, 1 << 20), local(64, 32), local(128, 4)]
+    const remotes = [remote(0xfffff000, 0x7f01), remote(0x10, 0x7f01), remote(0x2000, 0x1), undefined, undefined]
+    const opcodes = [WrOpcode.RdmaWrite, WrOpcode.RdmaRead, WrOpcode.RdmaWriteWithImm, WrOpcode.SendWithImm, WrOpcode.Send]
+    const imms = [0, 0, 0xdeadbeef, 7, 0]
     const e = new WorkRequestEncoder()
     e.addOne(1, WrOpcode.RdmaWrite, 0, 0x1000, 8, 1, 0, 0, 2, 0) // a request before the batch
-    e.addRdmaColumns(first, 3, locals, remotes, reads, SendFlags.Fence, signalEach)
-    expect(e.count).toBe(4)
-    expect(e.used).toBe(4 * 20)
-    for (let i = 0; i < 3; i++) {
+    e.addSliceColumns(first, 5, locals, remotes, opcodes, imms, SendFlags.Fence, signalEach)
+    expect(e.count).toBe(6)
+    expect(e.used).toBe(6 * 20)
+    for (let i = 0; i < 5; i++) {
       const one = new WorkRequestEncoder()
-      const flags = signalEach || i === 2 ? SendFlags.Fence | SendFlags.Signaled : SendFlags.Fence
-      one.addOne(first + i, reads[i] ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite, flags, region.address + locals[i]!.offset, locals[i]!.length,
-        region.lkey, remotes[i]!.addrLo, remotes[i]!.addrHi, 0xabcdef01, 0)
-      expect(pick(e.buffer, 20 * (i + 1)), `request ${i}`).toEqual(pick(one.buffer, 0))
+      const flags = signalEach || i === 4 ? SendFlags.Fence | SendFlags.Signaled : SendFlags.Fence
+      const r = remotes[i]
+      one.addOne(first + i, opcodes[i]!, flags, region.address + locals[i]!.offset, locals[i]!.length,
+        region.lkey, r?.addrLo ?? 0, r?.addrHi ?? 0, r ? 0xabcdef01 : 0, imms[i]!)
+      const which = wordsOf(opcodes[i]!)
+      expect(pick(e.buffer, 20 * (i + 1), which), `request ${i}`).toEqual(pick(one.buffer, 0, which))
     }
   })
 })
