@@ -134,8 +134,9 @@ async function measure(opts) {
           try {
             const r = await latencyOf(pollMode, bytes, blocks)
             latency.ours.push(r)
-            if (pt) { latency.perftest.push(pt); latency.ratios.push(r.notifiedTypical / pt.tTypical) }
-            log(`  [r${round} ${at()}] ${blocks} x ${sizeName(bytes / blocks)} write + notification (${pollMode} CQs): notified typ ${fmt(r.notifiedTypical)} µs, resolved typ ${fmt(r.resolvedTypical)} µs | ib_write_lat ${sizeName(bytes)} typ ${pt ? fmt(pt.tTypical) : 'n/a'} µs`)
+            // A perftest run whose output gave no typical latency has no ratio (it is in the log as 'n/a').
+            if (pt && Number.isFinite(pt.tTypical)) { latency.perftest.push(pt); latency.ratios.push(r.notifiedTypical / pt.tTypical) }
+            log(`  [r${round} ${at()}] ${blocks} x ${sizeName(bytes / blocks)} write + notification (${pollMode} CQs): notified typ ${fmt(r.notifiedTypical)} µs, resolved typ ${fmt(r.resolvedTypical)} µs | ib_write_lat ${sizeName(bytes)} typ ${pt && Number.isFinite(pt.tTypical) ? fmt(pt.tTypical) : 'n/a'} µs`)
           } catch (e) {
             latency.errors.push(String(e?.message ?? e))
             log(`  latency: ERROR ${e?.stack ?? e}`)
@@ -198,6 +199,10 @@ export function markdown(r) {
     out.push('| what | typical µs | p99 µs | ratio (notified / ib_write_lat) | target |')
     out.push('|---|---:|---:|---|---:|')
     for (const l of latencies) {
+      const ratios = (l.ratios ?? []).filter(Number.isFinite)
+      if (ratios.length) Object.assign(l, { ratioMedian: median(ratios), ratioMin: Math.min(...ratios), ratioMax: Math.max(...ratios) })
+      const typicals = (l.perftest ?? []).map((p) => p.tTypical).filter(Number.isFinite)
+      if (typicals.length) l.perftestTypical = median(typicals)
       const name = `${l.blocks} x ${sizeName(l.bytes / l.blocks)}${l.pollMode === 'busy' ? ', busy CQs' : ''}`
       const meets = l.target !== undefined && Number.isFinite(l.ratioMedian) ? (l.ratioMedian <= l.target ? ' (met)' : ' (missed)') : ''
       out.push(`| ib_write_lat ${sizeName(l.bytes)} | ${fmt(l.perftestTypical)} | ${fmt(l.perftestP99)} | | |`)
