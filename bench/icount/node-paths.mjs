@@ -78,17 +78,20 @@ async function enginePair() {
   if (!TransferAgent) return undefined
   const target = await TransferAgent.create({ host, port: 0, qpsPerPeer: 1 })
   const initiator = await TransferAgent.create({ host, port: 0, qpsPerPeer: 1 })
-  target.register('kv', { size: 4096, remote: 'write' })
-  const src = initiator.register('src', { size: 4096 })
+  target.register('kv', { size: 1 << 17, remote: 'write' })
+  const src = initiator.register('src', { size: 1 << 17 })
   const peer = await initiator.connect({ host, port: target.port })
   while (!peer.segments.has('kv')) await new Promise((r) => setTimeout(r, 10))
   let arrived
   target.on('notification', () => arrived())
   const block = [{ local: [src, 0], remote: ['kv', 0], length: 4096 }]
+  // 16 blocks of 4 KiB with a gap after each (none coalesces): bench/transfer.mjs's 64 KiB latency case.
+  const blocks16 = Array.from({ length: 16 }, (_, i) => ({ local: [src, 8192 * i], remote: ['kv', 8192 * i], length: 4096 }))
   const notified = { notify: 'n' }
   return {
     write: () => initiator.write(peer, block),
     notified: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, block, notified)]),
+    notified16: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, blocks16, notified)]),
     close: () => { initiator.close(); target.close() },
   }
 }
@@ -190,6 +193,7 @@ function paths() {
     ...(engine ? [
       { label: 'engine: await write() of 4 KiB, 1 QP (both agents)', async: engine.write },
       { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
+      { label: 'engine: notified write of 16 x 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified16, scale: 0.25 },
     ] : []),
     { label: 'verbs floor of a notified write: WRITE 4 KiB + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified },
   ]
