@@ -1,7 +1,7 @@
 // A segment's memory on the TCP transport: plain process memory, no device,
 // no registration. The receiving agent's code enforces the rights and bounds
 // (tcp/serve.ts); `key` names it on the wire as an rkey would.
-import { NativeMemory, type RegisterableMemory } from '../verbs/memory.js'
+import { isSharedArrayBuffer, NativeMemory, registerableBytes, type RegisterableMemory } from '../verbs/memory.js'
 import { typeError, type WaitOptions } from '../core/validate.js'
 import type { SegmentRights } from './segments.js'
 
@@ -47,7 +47,7 @@ export class PlainMemory {
 /** A view of the memory register({ memory }) was given (one view, no copy). */
 export function plainBytes(memory: RegisterableMemory): Uint8Array {
   if (memory instanceof NativeMemory) return memory.bytes
-  if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer)) return new Uint8Array(memory)
-  if (ArrayBuffer.isView(memory)) return new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
+  // Checked as a region's memory is (verbs/memory.ts): the same memory is refused the same way on either transport.
+  if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory) || isSharedArrayBuffer(memory)) return registerableBytes(memory, 'options.memory')
   throw typeError('an ArrayBuffer, a typed array, a Buffer or NativeMemory', 'options.memory', memory)
 }

@@ -104,23 +104,9 @@ export class MemoryRegion extends Resource {
     } else if (memory instanceof NativeMemory) {
       this.handle = register(() => new native.MemoryRegion(pd.handle, memory.handle, access), memory.size)
       this.#memory = memory
-    } else if (isResizable(memory)) {
-      // The device keeps the address and length it registered: memory that
-      // can shrink or move under it must never be registered.
-      throw new RdmaError('Cannot register a resizable ArrayBuffer or growable SharedArrayBuffer: use a fixed-length ArrayBuffer or allocBuffer()', { code: 'ERR_RESIZABLE' })
-    } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory)) {
-      if (isDetached(memory instanceof ArrayBuffer ? memory : memory.buffer)) {
-        throw new RdmaError('Cannot register a detached ArrayBuffer', { code: 'ERR_DETACHED' })
-      }
-      if (memory instanceof ArrayBuffer) {
-        this.#jsBacking = memory
-        this.#jsBytes = new Uint8Array(memory)
-      } else {
-        if (!(memory.buffer instanceof ArrayBuffer)) throw typeError('an ArrayBuffer-backed view', 'memory', memory)
-        this.#jsBacking = memory.buffer
-        this.#jsBytes = new Uint8Array(memory.buffer, memory.byteOffset, memory.byteLength)
-      }
-      if (this.#jsBytes.byteLength === 0) throw rangeError('at least 1 byte', 'memory.byteLength', 0)
+    } else if (memory instanceof ArrayBuffer || ArrayBuffer.isView(memory) || isSharedArrayBuffer(memory)) {
+      this.#jsBytes = registerableBytes(memory, 'memory')
+      this.#jsBacking = this.#jsBytes.buffer
       this.handle = register(() => new native.MemoryRegion(pd.handle, memory, access), this.#jsBytes.byteLength)
       // A transfer (postMessage, structuredClone) would detach the buffer and
       // hand its memory to another owner while the device still writes it.
@@ -246,6 +232,32 @@ export class MemoryRegion extends Resource {
     call(() => this.handle.close())
     void this.#memory
   }
+}
+
+/**
+ * The bytes of JavaScript memory given to be registered, refused (before
+ * anything is done with it) when it could not stay where it is for as long
+ * as it is registered: resizable or growable (ERR_RESIZABLE), detached
+ * (ERR_DETACHED), over a SharedArrayBuffer (ERR_INVALID_ARG_TYPE, as the
+ * types say: the addon cannot read one), or empty. Both transports check
+ * memory so (tcp: plain-memory.ts), so that the same memory is refused the
+ * same way on either.
+ */
+export function registerableBytes(memory: ArrayBufferLike | ArrayBufferView, name: string): Uint8Array<ArrayBuffer> {
+  // The device keeps the address and length it registered: memory that
+  // can shrink or move under it must never be registered.
+  if (isResizable(memory)) throw new RdmaError('Cannot register a resizable ArrayBuffer or growable SharedArrayBuffer: use a fixed-length ArrayBuffer or allocBuffer()', { code: 'ERR_RESIZABLE' })
+  const buffer = ArrayBuffer.isView(memory) ? memory.buffer : memory
+  if (!(buffer instanceof ArrayBuffer)) throw typeError(ArrayBuffer.isView(memory) ? 'an ArrayBuffer-backed view' : 'a NativeMemory, ArrayBuffer or ArrayBufferView', name, memory)
+  if (isDetached(buffer)) throw new RdmaError('Cannot register a detached ArrayBuffer', { code: 'ERR_DETACHED' })
+  const bytes = ArrayBuffer.isView(memory) ? new Uint8Array(buffer, memory.byteOffset, memory.byteLength) : new Uint8Array(buffer)
+  if (bytes.byteLength === 0) throw rangeError('at least 1 byte', `${name}.byteLength`, 0)
+  return bytes
+}
+
+/** A SharedArrayBuffer given where the types refuse one: checked at run time, to be refused with a code. */
+export function isSharedArrayBuffer(memory: unknown): memory is SharedArrayBuffer {
+  return typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer
 }
 
 function isResizable(memory: unknown): boolean {

@@ -308,6 +308,30 @@ export function engineTests(env: EngineEnv, ctx: EngineAgents): void {
       await Promise.all([server.unregister(ro), server.unregister(wo), agent.unregister(local)])
     })
 
+    it('memory that could not stay in place is refused the same way on either transport, and nothing is registered', async () => {
+      const { server } = ctx
+      const before = server.segments.size
+      const resizable = new ArrayBuffer(4096, { maxByteLength: 8192 })
+      const shared = new SharedArrayBuffer(4096)
+      const detached = new ArrayBuffer(4096)
+      structuredClone(detached, { transfer: [detached] })
+      const refused: Array<[string, unknown, string]> = [
+        ['a resizable ArrayBuffer', resizable, 'ERR_RESIZABLE'],
+        ['a view over a resizable ArrayBuffer', new Uint8Array(resizable), 'ERR_RESIZABLE'],
+        ['a growable SharedArrayBuffer', new SharedArrayBuffer(4096, { maxByteLength: 8192 }), 'ERR_RESIZABLE'],
+        ['a SharedArrayBuffer', shared, 'ERR_INVALID_ARG_TYPE'],
+        ['a view over a SharedArrayBuffer', new Uint8Array(shared), 'ERR_INVALID_ARG_TYPE'],
+        ['a detached ArrayBuffer', detached, 'ERR_DETACHED'],
+        ['an empty view', new Uint8Array(8).subarray(8), 'ERR_OUT_OF_RANGE'],
+      ]
+      for (const [what, memory, code] of refused) {
+        // The types refuse a SharedArrayBuffer too: the run-time check is for JavaScript callers.
+        expect(() => server.register(`refused-${unique++}`, { memory: memory as ArrayBuffer }), what).toThrow(expect.objectContaining({ code }))
+      }
+      expect(server.segments.size, 'no segment was added').toBe(before)
+      resizable.resize(16) // still the caller's
+    })
+
     it('unregistering a segment withdraws it from peers: new and prepared transfers naming it fail with a code', async () => {
       const { server, clients } = ctx
       const { agent, peer } = clients[2]!
