@@ -16,8 +16,24 @@ export interface BlockColumns {
   len: Float64Array
 }
 
+/**
+ * Up to this many entries a column is a typed array of its own: V8 keeps
+ * those (64 bytes at most) in its heap, cheap to make. Longer columns of one
+ * plan share an ArrayBuffer: one allocation instead of an off-heap backing
+ * store per column, each also tracked by the collector.
+ */
+export const OWN_ARRAYS_UP_TO = 8
+
 export function emptyColumns(count: number): BlockColumns {
-  return { count, lseg: new Uint32Array(count), loff: new Float64Array(count), rseg: new Uint32Array(count), roff: new Float64Array(count), len: new Float64Array(count) }
+  if (count <= OWN_ARRAYS_UP_TO) {
+    return { count, lseg: new Uint32Array(count), loff: new Float64Array(count), rseg: new Uint32Array(count), roff: new Float64Array(count), len: new Float64Array(count) }
+  }
+  // Float64 columns first: every view is aligned.
+  const b = new ArrayBuffer(32 * count)
+  return {
+    count, loff: new Float64Array(b, 0, count), roff: new Float64Array(b, 8 * count, count), len: new Float64Array(b, 16 * count, count),
+    lseg: new Uint32Array(b, 24 * count, count), rseg: new Uint32Array(b, 28 * count, count),
+  }
 }
 
 function blockError(message: string): RdmaError {

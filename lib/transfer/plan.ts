@@ -3,7 +3,7 @@
 // tables' bounds, then coalesced, sliced and striped (blocks.ts).
 import { RdmaError } from '../core/errors.js'
 import { typeError } from '../core/validate.js'
-import { emptyColumns, planSlices, validateColumns, type BlockColumns, type SlicePlan } from './blocks.js'
+import { emptyColumns, OWN_ARRAYS_UP_TO, planSlices, validateColumns, type BlockColumns, type SlicePlan } from './blocks.js'
 import { Segment, type LocalTable, type RemoteSegment, type RemoteTable } from './segments.js'
 
 /** A local segment: the Segment register() returned, or its name. */
@@ -62,7 +62,13 @@ const TWO_32 = 2 ** 32
 function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: readonly RemoteSegment[]): WireColumns {
   const s = plan.slices
   const n = s.count
-  const wire: WireColumns = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n), keyed: false }
+  let wire: WireColumns
+  if (n <= OWN_ARRAYS_UP_TO) {
+    wire = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n), keyed: false }
+  } else { // one buffer (blocks.ts, emptyColumns)
+    const b = new ArrayBuffer(24 * n)
+    wire = { laddr: new Float64Array(b, 0, n), lkey: new Uint32Array(b, 8 * n, n), raddrLo: new Uint32Array(b, 12 * n, n), raddrHi: new Uint32Array(b, 16 * n, n), rkey: new Uint32Array(b, 20 * n, n), keyed: false }
+  }
   let l = -1
   let localAddress = 0
   let localKey = 0
@@ -86,7 +92,7 @@ function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: reado
     wire.laddr[i] = localAddress + s.loff[i]!
     wire.lkey[i] = localKey
     const lo = remoteLo + s.roff[i]!
-    wire.raddrLo[i] = lo % TWO_32
+    wire.raddrLo[i] = lo >>> 0 // lo mod 2^32 (an integer below 2^53): a double's % is a call to fmod
     wire.raddrHi[i] = (remoteHi + Math.floor(lo / TWO_32)) >>> 0
     wire.rkey[i] = remoteKey
   }
