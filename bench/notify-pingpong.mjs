@@ -73,9 +73,17 @@ async function echo(o) {
     const seq = Number(message) % 255 + 1
     if (buf.bytes[lastIn] !== seq) return fail(new Error(`echo: notification ${message} came before its data`))
     buf.bytes[lastOut] = seq
-    agent.write(peer, blocks, { notify: message }).catch(fail)
+    const t0 = performance.now()
+    agent.write(peer, blocks, { notify: message }).then(() => { echoResolved.push((performance.now() - t0) * 1000) }, fail)
   })
-  process.on('message', (m) => { if (m === 'close') { agent.close(); process.disconnect() } })
+  const echoResolved = []
+  process.on('message', (m) => {
+    if (m !== 'close') return
+    echoResolved.sort((a, b) => a - b)
+    console.error(`echo: its writes resolved after ${echoResolved[echoResolved.length >> 1]?.toFixed(1)} µs typical (${echoResolved.length})`)
+    agent.close()
+    process.disconnect()
+  })
   process.send({ port: agent.port })
 }
 
@@ -101,6 +109,7 @@ export async function notifyPingPong(options) {
     let answered
     agent.on('notification', ({ message }) => answered?.(message))
     const oneWay = new Float64Array(o.iters)
+    const resolvedAt = new Float64Array(o.iters) // µs from the call until this side's write resolved
     const warmEnd = performance.now() + o.warmS * 1000
     let warmup = 0
     for (let i = 0; i < warmup + o.iters; i++) {
@@ -109,16 +118,20 @@ export async function notifyPingPong(options) {
       buf.bytes[lastOut] = seq
       const back = new Promise((resolve) => { answered = resolve })
       const t0 = performance.now()
-      const written = agent.write(peer, blocks, { notify: String(i), timeoutMs: 60_000 })
+      let tw = 0
+      const written = agent.write(peer, blocks, { notify: String(i), timeoutMs: 60_000 }).then(() => { tw = performance.now() })
       const message = await Promise.race([back, childFailed])
       const t1 = performance.now()
       await written
+      if (i >= warmup) resolvedAt[i - warmup] = (tw - t0) * 1000
       if (message !== String(i)) throw new Error(`notify-pingpong: answer ${message}, expected ${i}`)
       if (buf.bytes[lastIn] !== seq) throw new Error(`notify-pingpong: answer ${i} came before its data`)
       if (i >= warmup) oneWay[i - warmup] = ((t1 - t0) * 1000) / 2
     }
     oneWay.sort()
-    return { kind: 'notify-pingpong', size: o.size, blocks: o.blocks, iters: o.iters, warmupRounds: warmup, pollMode: o.poll, oneWayTypical: quantile(oneWay, 0.5), oneWayP99: quantile(oneWay, 0.99) }
+    resolvedAt.sort()
+    return { kind: 'notify-pingpong', size: o.size, blocks: o.blocks, iters: o.iters, warmupRounds: warmup, pollMode: o.poll, oneWayTypical: quantile(oneWay, 0.5), oneWayP99: quantile(oneWay, 0.99),
+      resolvedTypical: quantile(resolvedAt, 0.5), resolvedP99: quantile(resolvedAt, 0.99) }
   } finally {
     side?.agent.close()
     if (child.connected) child.send('close')
@@ -133,6 +146,6 @@ if (process.argv[1] === self) {
   } else {
     const r = await notifyPingPong(o)
     if (o.json) console.log(JSON.stringify(r))
-    else console.log(`${o.blocks} x ${o.size / o.blocks} B notified write, ${o.poll} CQs, ping-pong in two processes: one way typical ${r.oneWayTypical.toFixed(1)} µs, p99 ${r.oneWayP99.toFixed(1)} µs (${o.iters} iterations)`)
+    else console.log(`${o.blocks} x ${o.size / o.blocks} B notified write, ${o.poll} CQs, ping-pong in two processes: one way typical ${r.oneWayTypical.toFixed(1)} µs, p99 ${r.oneWayP99.toFixed(1)} µs; this side's write resolved after ${r.resolvedTypical.toFixed(1)} µs typical (${o.iters} iterations)`)
   }
 }
