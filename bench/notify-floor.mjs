@@ -12,28 +12,37 @@ import { performance } from 'node:perf_hooks'
 
 function quantile(sorted, q) { return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] }
 
+/**
+ * Two connected RC QPs on `device` (one process) and the batch the engine
+ * posts for a notified write of `blocks` blocks: each a WRITE, then a
+ * SEND_WITH_IMM of 8 bytes. `Access` is the library's (icount passes a
+ * variant's). bench/icount/node-paths.mjs counts this pair's instructions.
+ */
+export async function floorPair(device, Access, { size = 4096, blocks = 1, pollMode = 'event' } = {}) {
+  const pd = device.allocPd()
+  const blockSize = Math.floor(size / blocks)
+  const span = 2 * blocks * blockSize // a gap after each block: none merges with the next
+  const side = () => {
+    const cq = device.createCq({ entries: 1024, pollMode })
+    const qp = pd.createQp({ type: 'RC', sendCq: cq, recvCq: cq, maxSendWr: 128, maxRecvWr: 128 })
+    const mr = pd.allocRegion(span + 2048, Access.LocalWrite | Access.RemoteWrite)
+    return { qp, mr }
+  }
+  const c = side(), s = side()
+  await c.qp.connect(s.qp.endpoint())
+  await s.qp.connect(c.qp.endpoint())
+  const remote = s.mr.asRemote()
+  const batch = Array.from({ length: blocks }, (_, i) => ({ op: 'write', local: c.mr.slice(2 * i * blockSize, blockSize), remote: remote.slice(2 * i * blockSize, blockSize) }))
+  batch.push({ op: 'send', local: c.mr.slice(span, 8), immediate: 1 })
+  return { c, s, batch, inbox: s.mr.slice(span, 1026), lastByte: 2 * (blocks - 1) * blockSize + blockSize - 1 }
+}
+
 /** µs from postBatch() until the receiver's recv() resolved (the data is in place then): median and p99. */
 export async function notifyFloor({ size = 4096, blocks = 1, pollMode = 'event', iters = 1000, warmupMs = 5000 } = {}) {
   const { openDevice, Access } = await import('../dist/index.js')
   const device = openDevice(process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE)
   try {
-    const pd = device.allocPd()
-    const blockSize = Math.floor(size / blocks)
-    const span = 2 * blocks * blockSize // a gap after each block: none merges with the next
-    const side = () => {
-      const cq = device.createCq({ entries: 1024, pollMode })
-      const qp = pd.createQp({ type: 'RC', sendCq: cq, recvCq: cq, maxSendWr: 128, maxRecvWr: 128 })
-      const mr = pd.allocRegion(span + 2048, Access.LocalWrite | Access.RemoteWrite)
-      return { qp, mr }
-    }
-    const c = side(), s = side()
-    await c.qp.connect(s.qp.endpoint())
-    await s.qp.connect(c.qp.endpoint())
-    const remote = s.mr.asRemote()
-    const batch = Array.from({ length: blocks }, (_, i) => ({ op: 'write', local: c.mr.slice(2 * i * blockSize, blockSize), remote: remote.slice(2 * i * blockSize, blockSize) }))
-    batch.push({ op: 'send', local: c.mr.slice(span, 8), immediate: 1 })
-    const inbox = s.mr.slice(span, 1026)
-    const lastByte = 2 * (blocks - 1) * blockSize + blockSize - 1
+    const { c, s, batch, inbox, lastByte } = await floorPair(device, Access, { size, blocks, pollMode })
     let n = 0
     const once = async () => {
       const seq = (n++ % 255) + 1

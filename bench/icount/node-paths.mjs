@@ -16,6 +16,7 @@ import { performance } from 'node:perf_hooks'
 import { pathToFileURL } from 'node:url'
 import { resolve } from 'node:path'
 import { connectedPair } from '../pair.mjs'
+import { floorPair as verbsFloorPair } from '../notify-floor.mjs'
 
 const args = process.argv.slice(2)
 const { mark } = createRequire(import.meta.url)(args[0])
@@ -47,24 +48,10 @@ const event = await connectedPair(device, 'event')
 const engine = await enginePair()
 const floor = await floorPair()
 
-/**
- * What the engine posts for a notified 4 KiB write (a WRITE, then a
- * SEND_WITH_IMM with a short message), by the verbs layer alone: one
- * postBatch, the receiver's recv() resolving (bench/notify-floor.mjs times it).
- */
+/** What the engine posts for a notified 4 KiB write, by the verbs layer alone (bench/notify-floor.mjs times it). */
 async function floorPair() {
   const { Access } = await import(lib('index.js'))
-  const pd = device.allocPd()
-  const side = () => {
-    const cq = device.createCq({ entries: 1024 })
-    const qp = pd.createQp({ type: 'RC', sendCq: cq, recvCq: cq, maxSendWr: 128, maxRecvWr: 128 })
-    return { qp, mr: pd.allocRegion(8192, Access.LocalWrite | Access.RemoteWrite) }
-  }
-  const c = side(), s = side()
-  await c.qp.connect(s.qp.endpoint())
-  await s.qp.connect(c.qp.endpoint())
-  const batch = [{ op: 'write', local: c.mr.slice(0, 4096), remote: s.mr.asRemote().slice(0, 4096) }, { op: 'send', local: c.mr.slice(4096, 8), immediate: 1 }]
-  const inbox = s.mr.slice(4096, 1026)
+  const { c, s, batch, inbox } = await verbsFloorPair(device, Access)
   return { notified: () => Promise.all([s.qp.recv(inbox), c.qp.postBatch(batch)]) }
 }
 
