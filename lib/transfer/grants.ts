@@ -93,7 +93,7 @@ export class WindowGrants implements LinkGrants {
       const access = windowAccess(segment.rights)
       for (let i = 0; i < this.qps.length; i++) {
         const qp = this.qps[i]!
-        // A QP of a rail that could not reach the peer (left in INIT: link.ts) binds nothing: key 0, which the peer's lane cannot use either.
+        // A QP of a rail that could not reach the peer (left in INIT: rdma-link.ts) binds nothing: key 0, which the peer's lane cannot use either.
         if (qp.state === 'INIT') {
           binds.push(Promise.resolve({ rkey: 0 }))
           continue

@@ -14,7 +14,7 @@ export class QpLane implements Lane {
   /** `index`: the QP's place in its link (a per-peer grant has an rkey per QP); `rail`: its device (rails.ts). */
   constructor(readonly qp: QueuePair, readonly index: number, readonly rail = 0) {}
 
-  /** Slices in flight; one send slot more is kept for a notice (link.ts sizes the QP so). */
+  /** Slices in flight; one send slot more is kept for a notice (rdma-link.ts sizes the QP so). */
   get depth(): number { return this.qp.caps.maxSendWr - 1 }
   get broken(): boolean { return this.qp.closed || this.qp.error !== undefined }
 

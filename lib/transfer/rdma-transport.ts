@@ -1,5 +1,5 @@
 // The RDMA transport: a device and its PD, an rdma_cm listener, links of RC
-// QPs (link.ts), and segments as memory regions whose access flags make the
+// QPs (rdma-link.ts), and segments as memory regions whose access flags make the
 // device enforce their rights too. With several rails (rails.ts) each other
 // device has a PD too, every segment is registered on each, and each rail
 // has a listener of its own on its device's address (a peer whose route to
@@ -9,7 +9,7 @@ import { listen, type Listener, type ConnectionRequest } from '../cm/index.js'
 import type { Device } from '../verbs/device.js'
 import type { MemoryRegion, RegisterableMemory } from '../verbs/memory.js'
 import type { ProtectionDomain } from '../verbs/protection-domain.js'
-import { acceptLink, connectLink, type LinkSettings, type RdmaLink } from './link.js'
+import { acceptLink, connectLink, type LinkSettings, type RdmaLink } from './rdma-link.js'
 import { accessFor, type SegmentMemory, type SegmentRights } from './segments.js'
 import { Access } from '../core/constants.js'
 import type { GrantEnforcement } from './grants.js'
