@@ -18,6 +18,7 @@
 //
 // Options: --size BYTES (4096, all blocks together), --blocks N (1), --iters N (1000),
 //   --warm-s N (30: untimed rounds first), --poll event|busy (event), --layer engine|verbs,
+//   --dist DIR (another build of the library, for both processes),
 //   --json (one line of JSON).
 // --compare: per round, for 1 x 4 KiB and 16 x 4 KiB with event and busy CQs,
 //   ib_write_lat of the same bytes, then both layers; prints a Markdown table of
@@ -27,12 +28,13 @@
 // 5 s (counted: ~1M user instructions a round trip after 5 s, ~150k after 30 s).
 import { fork } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
-import { fileURLToPath } from 'node:url'
+import { resolve } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 
 const self = fileURLToPath(import.meta.url)
 
 function parseArgs(argv) {
-  const o = { size: 4096, blocks: 1, iters: 1000, warmS: 30, poll: 'event', layer: 'engine', qps: 1, json: false, echo: false, compare: false, rounds: 3 }
+  const o = { size: 4096, blocks: 1, iters: 1000, warmS: 30, poll: 'event', layer: 'engine', qps: 1, json: false, echo: false, compare: false, rounds: 3, dist: undefined }
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]
     const val = () => argv[++i]
@@ -47,6 +49,7 @@ function parseArgs(argv) {
       case '--json': o.json = true; break
       case '--compare': o.compare = true; break
       case '--rounds': o.rounds = Number(val()); break
+      case '--dist': o.dist = val(); break
       case '--echo': o.echo = true; break
       default: throw new Error(`notify-pingpong: unknown option ${a}`)
     }
@@ -66,6 +69,9 @@ function layout(size, blocks) {
   return { blockSize, span, lastOut: at(0, blocks - 1) + blockSize - 1, lastIn: at(span, blocks - 1) + blockSize - 1, at }
 }
 
+/** The library: this checkout's build, or another (`--dist DIR`, a directory holding index.js). */
+const library = (o) => import(o.dist ? pathToFileURL(resolve(o.dist, 'index.js')).href : '../dist/index.js')
+
 const deviceName = () => process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS_DEVICE
 
 /**
@@ -75,7 +81,7 @@ const deviceName = () => process.env.SOFTROCE_DEVICE ?? process.env.NODE_IBVERBS
  * when the peer's notified write arrived; `bytes`: the memory both use.
  */
 async function engineSide(o, name) {
-  const { TransferAgent } = await import('../dist/index.js')
+  const { TransferAgent } = await library(o)
   const device = deviceName()
   const host = process.env.SOFTROCE_ADDR ?? '127.0.0.1'
   const agent = await TransferAgent.create({ host, port: 0, name, pollMode: o.poll, qpsPerPeer: o.qps, handshakeTimeoutMs: 60_000, ...(device ? { device } : {}) })
@@ -95,7 +101,7 @@ async function engineSide(o, name) {
 }
 
 async function verbsSide(o) {
-  const { openDevice, remoteRegion, Access } = await import('../dist/index.js')
+  const { openDevice, remoteRegion, Access } = await library(o)
   const device = openDevice(deviceName())
   const pd = device.allocPd()
   const cq = device.createCq({ entries: 1024, pollMode: o.poll })
@@ -163,12 +169,23 @@ async function echo(o) {
 
 function quantile(sorted, q) { return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] }
 
-/** Runs the ping-pong; returns one-way latencies (µs): half the round trip's median and p99. */
-export async function notifyPingPong(options) {
+/**
+ * The echo process and this side, connected: `round(i)` runs round trip `i`
+ * (this side's notified write, the echo's answer, both checked) and returns
+ * its one way and when this side's write resolved (µs); `close()` ends both.
+ * `dist`: another build of the library (bench/icount/node-paths.mjs counts
+ * variants), for both processes.
+ */
+export async function pingPongPair(options) {
   const o = { ...parseArgs([]), ...options }
-  const args = ['--echo', '--size', String(o.size), '--blocks', String(o.blocks), '--poll', o.poll, '--layer', o.layer, '--qps', String(o.qps)]
+  const args = ['--echo', '--size', String(o.size), '--blocks', String(o.blocks), '--poll', o.poll, '--layer', o.layer, '--qps', String(o.qps), ...(o.dist ? ['--dist', o.dist] : [])]
   const child = fork(self, args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   let side
+  const close = async () => {
+    side?.close()
+    if (child.connected) child.send('close')
+    await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)))
+  }
   try {
     const fromChild = (key) => new Promise((resolve) => child.on('message', (m) => { if (m[key]) resolve(m[key]) }))
     const childFailed = new Promise((_, reject) => {
@@ -185,6 +202,32 @@ export async function notifyPingPong(options) {
     const { lastOut, lastIn } = layout(o.size, o.blocks)
     let answered
     side.onArrival((round) => answered?.(round))
+    const round = async (i) => {
+      const seq = i % 255 + 1
+      side.bytes[lastOut] = seq
+      const back = new Promise((resolve) => { answered = resolve })
+      const t0 = performance.now()
+      let tw = 0
+      const written = side.write(i).then(() => { tw = performance.now() })
+      const answer = await Promise.race([back, childFailed])
+      const t1 = performance.now()
+      await written
+      if (answer !== i) throw new Error(`notify-pingpong: answer ${answer}, expected ${i}`)
+      if (side.bytes[lastIn] !== seq) throw new Error(`notify-pingpong: answer ${i} came before its data`)
+      return { oneWay: ((t1 - t0) * 1000) / 2, resolved: (tw - t0) * 1000 }
+    }
+    return { round, close }
+  } catch (error) {
+    await close()
+    throw error
+  }
+}
+
+/** Runs the ping-pong; returns one-way latencies (µs): half the round trip's median and p99. */
+export async function notifyPingPong(options) {
+  const o = { ...parseArgs([]), ...options }
+  const pair = await pingPongPair(o)
+  try {
     const oneWay = new Float64Array(o.iters)
     const resolvedAt = new Float64Array(o.iters) // µs from the call until this side's write resolved
     const warmStart = performance.now()
@@ -194,20 +237,10 @@ export async function notifyPingPong(options) {
     for (let i = 0; i < warmup + o.iters; i++) {
       if (i === warmup && performance.now() < warmEnd) warmup++ // still warming up: this round is untimed
       else if (i === warmup) warmMs = performance.now() - warmStart
-      const seq = i % 255 + 1
-      side.bytes[lastOut] = seq
-      const back = new Promise((resolve) => { answered = resolve })
-      const t0 = performance.now()
-      let tw = 0
-      const written = side.write(i).then(() => { tw = performance.now() })
-      const round = await Promise.race([back, childFailed])
-      const t1 = performance.now()
-      await written
-      if (round !== i) throw new Error(`notify-pingpong: answer ${round}, expected ${i}`)
-      if (side.bytes[lastIn] !== seq) throw new Error(`notify-pingpong: answer ${i} came before its data`)
+      const t = await pair.round(i)
       if (i >= warmup) {
-        resolvedAt[i - warmup] = (tw - t0) * 1000
-        oneWay[i - warmup] = ((t1 - t0) * 1000) / 2
+        resolvedAt[i - warmup] = t.resolved
+        oneWay[i - warmup] = t.oneWay
       }
     }
     oneWay.sort()
@@ -215,9 +248,7 @@ export async function notifyPingPong(options) {
     return { kind: 'notify-pingpong', layer: o.layer, size: o.size, blocks: o.blocks, iters: o.iters, warmupRounds: warmup, warmupS: warmMs / 1000, pollMode: o.poll,
       oneWayTypical: quantile(oneWay, 0.5), oneWayP99: quantile(oneWay, 0.99), resolvedTypical: quantile(resolvedAt, 0.5), resolvedP99: quantile(resolvedAt, 0.99) }
   } finally {
-    side?.close()
-    if (child.connected) child.send('close')
-    await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)))
+    await pair.close()
   }
 }
 

@@ -17,6 +17,7 @@ import { pathToFileURL } from 'node:url'
 import { resolve } from 'node:path'
 import { connectedPair } from '../pair.mjs'
 import { floorPair as verbsFloorPair } from '../notify-floor.mjs'
+import { pingPongPair } from '../notify-pingpong.mjs'
 
 const args = process.argv.slice(2)
 const { mark } = createRequire(import.meta.url)(args[0])
@@ -80,6 +81,23 @@ async function enginePair() {
     notified: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, block, notified)]),
     notified16: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, blocks16, notified)]),
     close: () => { initiator.close(); target.close() },
+  }
+}
+
+/** Two-process ping-pongs started (closed at the end). */
+const pingPongs = []
+/**
+ * One round trip of bench/notify-pingpong.mjs (`layer`: 'engine' or 'verbs',
+ * event CQs, 1 QP): this process's notified write of 4 KiB and the echo
+ * process's answer. The plugin counts both processes, as it counts every
+ * vCPU. `setup` starts the echo (only for a row that runs).
+ */
+function pingPongRow(layer) {
+  let pair
+  let i = 0
+  return {
+    setup: async () => { pingPongs.push(pair = await pingPongPair({ layer, dist, warmS: 0 })) },
+    async: () => pair.round(i++),
   }
 }
 
@@ -183,6 +201,9 @@ function paths() {
       { label: 'engine: notified write of 16 x 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified16, scale: 0.25 },
     ] : []),
     { label: 'verbs floor of a notified write: WRITE 4 KiB + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified },
+    // Two fresh processes: V8 compiles both for well over 5 s in the guest (docs/benchmarks.md, "Notified writes").
+    ...(TransferAgent ? [{ label: 'engine: notified 4 KiB write in ping-pong between two processes, per round trip (event CQs, 1 QP; both processes)', ...pingPongRow('engine'), warmMs: 30_000 }] : []),
+    { label: 'verbs floor in ping-pong between two processes: WRITE 4 KiB + SEND_WITH_IMM by postBatch, per round trip (event CQs; both processes)', ...pingPongRow('verbs'), warmMs: 30_000 },
   ]
 }
 
@@ -221,6 +242,7 @@ for (const path of paths()) {
   if (only && !only.some((o) => path.label.includes(o))) continue
   const per = path.per ?? 1
   const n = Math.max(50, Math.round((N * (path.scale ?? 1)) / per)) // cheap paths run longer: a region's fixed noise is spread thinner
+  await path.setup?.()
   const run = loopFor(path)
   const name = tag ? `[${tag}] ${path.label}` : path.label
   if (cold) {
@@ -240,7 +262,7 @@ for (const path of paths()) {
   // every vCPU, so a compile that lands in a counted region is counted as the path's.
   await run(n)
   await run(n)
-  for (const t0 = performance.now(); performance.now() - t0 < warmMs;) await run(Math.min(n, 500))
+  for (const t0 = performance.now(), ms = path.warmMs ?? warmMs; performance.now() - t0 < ms;) await run(Math.min(n, 500))
   // Counted twice: the host keeps the smaller (a background compile may land in one).
   for (let twice = 0; twice < 2; twice++) {
     const before = path.stats?.()
@@ -255,6 +277,7 @@ for (const path of paths()) {
   }
 }
 engine?.close()
+for (const pair of pingPongs) await pair.close()
 device.close()
 if (args.includes('--maps')) {
   // For --profile: what the host needs to name the profile's addresses (V8's
