@@ -9,6 +9,7 @@
 //
 //   bash scripts/softroce.sh run -- node bench/notify-pingpong.mjs --size 4096 --blocks 1 --poll busy
 //   bash scripts/softroce.sh run -- node bench/notify-pingpong.mjs --compare --rounds 3
+//   npm run bench -- notify [--rounds 3]     (the same table; boots the guest when needed)
 //
 // --layer engine (default): one TransferAgent per process (--qps N data QPs per peer, 1 by
 //   default as the one-process rows of bench/transfer.mjs), write(peer, blocks, { notify }).
@@ -26,10 +27,11 @@
 // Warm-up: V8 compiles the hot paths of both processes on the guest's two
 // vCPUs while the rounds run; in the emulated guest that goes on for well over
 // 5 s (counted: ~1M user instructions a round trip after 5 s, ~150k after 30 s).
-import { fork } from 'node:child_process'
+import { fork, spawn } from 'node:child_process'
 import { performance } from 'node:perf_hooks'
-import { resolve } from 'node:path'
+import { dirname, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import { hasDevice } from './entry.mjs'
 
 const self = fileURLToPath(import.meta.url)
 
@@ -289,6 +291,20 @@ async function compare(o) {
     lines.push(`| ${c.blocks} x 4 KiB | ${c.poll} | ${fmt(pt)} / ${fmt(median(c.perftest.map((p) => p.p99)))} | ${fmt(v)} / ${fmt(median(c.verbs.map((r) => r.oneWayP99)))} (${(v / pt).toFixed(2)}) | ${fmt(e)} / ${fmt(median(c.engine.map((r) => r.oneWayP99)))} | ${median(ratios).toFixed(2)} [${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}] |`)
   }
   console.log(lines.join('\n'))
+}
+
+/**
+ * `npm run bench -- notify [OPTIONS]`: the --compare table (options as above),
+ * run in the Soft-RoCE guest when this machine has no RDMA device.
+ */
+export async function main(argv) {
+  const args = argv.includes('--compare') ? argv : ['--compare', ...argv]
+  parseArgs(args) // a bad option fails here, before a guest boots
+  if (process.env.SOFTROCE_MODE || (await hasDevice())) return compare(parseArgs(args))
+  console.error('notify bench: no RDMA device here; running in the Soft-RoCE environment (bash scripts/softroce.sh run -- ...)')
+  const root = resolve(dirname(self), '..')
+  const child = spawn('bash', [resolve(root, 'scripts', 'softroce.sh'), 'run', '--timeout', '5400', '--', process.execPath, self, ...args], { cwd: root, stdio: 'inherit' })
+  process.exitCode = await new Promise((done) => child.on('close', (code) => done(code ?? 1)))
 }
 
 if (process.argv[1] === self) {

@@ -12,7 +12,8 @@
 //   --tx-depth N, --scale F (multiplies iteration counts), --out DIR,
 //   --from-log FILE (write the files from a captured guest log).
 //   `npm run bench -- transfer [OPTIONS]` runs bench/transfer.mjs instead;
-//   `npm run bench -- plan [OPTIONS]` bench/plan.mjs (on the host).
+//   `npm run bench -- plan [OPTIONS]` bench/plan.mjs (on the host);
+//   `npm run bench -- notify [OPTIONS]` bench/notify-pingpong.mjs --compare.
 import { spawn } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
@@ -254,6 +255,7 @@ async function main() {
   if (argv[0] === 'icount') return (await import('./icount.mjs')).main(argv.slice(1)) // instructions per operation
   if (argv[0] === 'latency') return (await import('./latency.mjs')).main(argv.slice(1)) // small-message time ratios
   if (argv[0] === 'plan') return (await import('./plan.mjs')).main(argv.slice(1)) // planning time and heap per block (host, TCP)
+  if (argv[0] === 'notify') return (await import('./notify-pingpong.mjs')).main(argv.slice(1)) // notified writes, two processes, against ib_write_lat
   // `npm run bench -- transfer ...`: the transfer engine's benchmark (bench/transfer.mjs).
   if (argv[0] === 'transfer') return (await import('./transfer.mjs')).main(argv.slice(1))
   const opts = parseArgs(argv)
