@@ -10,7 +10,19 @@
 import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 
-function quantile(sorted, q) { return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] }
+export function quantile(sorted, q) { return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] }
+
+/**
+ * The work requests the engine posts for a notified write of `blocks` blocks
+ * of `blockSize` bytes (a gap after each): a WRITE of each, from `from` in
+ * `mr` to `to` in `remote`, then a SEND_WITH_IMM of the 8 bytes at `slot` in
+ * `mr` (immediate 1; a caller may change it per post).
+ */
+export function notifiedBatch(mr, remote, from, to, blocks, blockSize, slot) {
+  const batch = Array.from({ length: blocks }, (_, i) => ({ op: 'write', local: mr.slice(from + 2 * i * blockSize, blockSize), remote: remote.slice(to + 2 * i * blockSize, blockSize) }))
+  batch.push({ op: 'send', local: mr.slice(slot, 8), immediate: 1 })
+  return batch
+}
 
 /**
  * Two connected RC QPs on `device` (one process) and the batch the engine
@@ -31,9 +43,7 @@ export async function floorPair(device, Access, { size = 4096, blocks = 1, pollM
   const c = side(), s = side()
   await c.qp.connect(s.qp.endpoint())
   await s.qp.connect(c.qp.endpoint())
-  const remote = s.mr.asRemote()
-  const batch = Array.from({ length: blocks }, (_, i) => ({ op: 'write', local: c.mr.slice(2 * i * blockSize, blockSize), remote: remote.slice(2 * i * blockSize, blockSize) }))
-  batch.push({ op: 'send', local: c.mr.slice(span, 8), immediate: 1 })
+  const batch = notifiedBatch(c.mr, s.mr.asRemote(), 0, 0, blocks, blockSize, span)
   return { c, s, batch, inbox: s.mr.slice(span, 1026), lastByte: 2 * (blocks - 1) * blockSize + blockSize - 1 }
 }
 

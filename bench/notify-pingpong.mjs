@@ -32,6 +32,7 @@ import { performance } from 'node:perf_hooks'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { hasDevice } from './entry.mjs'
+import { notifiedBatch, quantile } from './notify-floor.mjs'
 
 const self = fileURLToPath(import.meta.url)
 
@@ -108,7 +109,7 @@ async function verbsSide(o) {
   const pd = device.allocPd()
   const cq = device.createCq({ entries: 1024, pollMode: o.poll })
   const qp = pd.createQp({ type: 'RC', sendCq: cq, recvCq: cq, maxSendWr: 128, maxRecvWr: 128 })
-  const { blockSize, span, at } = layout(o.size, o.blocks)
+  const { blockSize, span } = layout(o.size, o.blocks)
   const mr = pd.allocRegion(2 * span + 128, Access.LocalWrite | Access.RemoteWrite)
   const inbox = mr.slice(2 * span + 64, 64)
   let batch
@@ -118,8 +119,7 @@ async function verbsSide(o) {
     bytes: mr.bytes,
     async start(peerHello) {
       const remote = remoteRegion(peerHello.region)
-      batch = Array.from({ length: o.blocks }, (_, i) => ({ op: 'write', local: mr.slice(at(0, i), blockSize), remote: remote.slice(at(span, i), blockSize) }))
-      batch.push({ op: 'send', local: mr.slice(2 * span, 8), immediate: 0 })
+      batch = notifiedBatch(mr, remote, 0, span, o.blocks, blockSize, 2 * span)
       await qp.connect(peerHello.endpoint)
       let received = qp.recv(inbox) // posted before the peer can send
       const loop = async () => {
@@ -168,8 +168,6 @@ async function echo(o) {
   })
   process.send({ hello: side.hello })
 }
-
-function quantile(sorted, q) { return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] }
 
 /**
  * The echo process and this side, connected: `round(i)` runs round trip `i`
