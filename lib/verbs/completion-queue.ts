@@ -27,6 +27,14 @@ export interface CompletionQueueOptions {
   pollMode?: 'event' | 'busy'
   /** How long one busy-poll turn may spin before yielding to the loop, in µs (default 50). */
   spinMicros?: number
+  /**
+   * Busy mode: after this long with requests waiting but no completion, in
+   * µs, the queue stops polling from the loop and waits for the completion
+   * channel, as an event queue does, until a completion or a new request
+   * (default 10000; 0: poll as long as requests wait). Receives posted ahead
+   * (a server's) otherwise keep a core spinning while nothing arrives.
+   */
+  idleMicros?: number
   /** Completion vector (default 0). */
   compVector?: number
   /** Completions handed over per native call (default 64). */
@@ -48,6 +56,7 @@ export class CompletionQueue extends Resource {
   readonly #pollToWord: () => void
   readonly #countWord: Uint32Array
   readonly #spinMs: number
+  readonly #idleMs: number
   readonly #capacity: number
   /**
    * @internal Entries promised to work requests in flight: each work request
@@ -70,6 +79,10 @@ export class CompletionQueue extends Resource {
   #referenced = false // whether the addon's watcher keeps the loop alive
   #unrefScheduled = false
   #spinScheduled = false
+  /** Busy mode: when the loop's polls began to find nothing (-1: they found completions since). */
+  #idleSince = -1
+  /** Busy mode, idle for idleMicros: the channel is armed and the loop polls nothing. */
+  #parked = false
   #drainScheduled = false
   /** Asked to poll while a batch was delivered (a handler's post or cq.poll()): poll once the dispatch is over. */
   #repoll = false
@@ -86,6 +99,7 @@ export class CompletionQueue extends Resource {
     const entries = integer(o.entries ?? 1024, 'options.entries', 1, 4194304)
     this.pollMode = oneOf(o.pollMode, 'options.pollMode', ['event', 'busy'] as const, 'event')
     this.#spinMs = integer(o.spinMicros ?? 50, 'options.spinMicros', 0, 1_000_000) / 1000
+    this.#idleMs = integer(o.idleMicros ?? 10_000, 'options.idleMicros', 0, 1_000_000_000) / 1000
     const compVector = integer(o.compVector ?? 0, 'options.compVector', 0, 1024)
     const batch = integer(o.pollBatch ?? 64, 'options.pollBatch', 1, 4096)
     this.device = device
@@ -134,6 +148,13 @@ export class CompletionQueue extends Resource {
   /** Requests waiting for a completion on this queue. */
   get pending(): number { return this.#pending }
 
+  /**
+   * Busy mode: whether the loop is polling the queue now (requests wait and
+   * a completion came within idleMicros). False in event mode, and while an
+   * idle busy queue waits for its channel.
+   */
+  get spinning(): boolean { return this.pollMode === 'busy' && this.#pending > 0 && !this.#parked && this.#open && this.#failure === undefined }
+
   /** @internal The dispatch of this CQ's completions (ops/dispatch.ts), for its QPs. */
   get [CQ_DISPATCH](): CompletionDispatch { return this.#dispatch }
 
@@ -150,6 +171,7 @@ export class CompletionQueue extends Resource {
 
   /** @internal */
   addPending(): void {
+    if (this.#parked) this.#unpark() // a new request: poll for it from the loop again
     if (this.#pending++ === 0) {
       if (!this.#referenced) {
         this.#referenced = true
@@ -324,7 +346,38 @@ export class CompletionQueue extends Resource {
     let n: number
     try { n = this.#spinOnce() } catch (error) { return this.#pollFailed(error) }
     if (n > 0) this.#dispatchPolled(n)
+    else if (this.#idleMs > 0) {
+      const now = performance.now()
+      if (this.#idleSince < 0) this.#idleSince = now
+      else if (now - this.#idleSince >= this.#idleMs) return this.#park()
+    }
     if (this.#pending > 0) this.#scheduleSpin()
+  }
+
+  /**
+   * Idle for idleMicros: arms the channel and stops polling from the loop.
+   * A completion that came after the last poll and before the arming raises
+   * no event: one poll after arming finds it.
+   */
+  #park(): void {
+    this.#parked = true
+    let n: number
+    try {
+      this.handle.setRearm(true)
+      n = this.#poll()
+    } catch (error) {
+      return this.#pollFailed(error)
+    }
+    if (n > 0) this.#dispatchPolled(n)
+  }
+
+  /** A completion or a request while parked: back to polling from the loop (the armed channel fires once more at most). */
+  #unpark(): void {
+    this.#parked = false
+    this.#idleSince = -1
+    if (!this.#open || this.#failure !== undefined) return
+    try { this.handle.setRearm(false) } catch (error) { return this.#pollFailed(error) }
+    this.#scheduleSpin()
   }
 
   // A full batch means more may be waiting: drain them on a later turn of the
@@ -346,6 +399,8 @@ export class CompletionQueue extends Resource {
   #dispatchPolled(count: number): void {
     const dispatch = this.#dispatch
     if (count < 0) return this.#failed(-count, 'ibv_poll_cq')
+    this.#idleSince = -1
+    if (this.#parked) this.#unpark()
     dispatch.deliver(count)
     if (dispatch.dispatching) return // nested (a post inside a handler): the outer dispatch goes on
     // A handler that posted during the dispatch (a chain of tagged requests)
