@@ -22,7 +22,7 @@ export interface BlockColumns {
  * plan share an ArrayBuffer: one allocation instead of an off-heap backing
  * store per column, each also tracked by the collector.
  */
-export const OWN_ARRAYS_UP_TO = 8
+const OWN_ARRAYS_UP_TO = 8
 
 export function emptyColumns(count: number): BlockColumns {
   if (count <= OWN_ARRAYS_UP_TO) {

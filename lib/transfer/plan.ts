@@ -3,7 +3,7 @@
 // tables' bounds, then coalesced, sliced and striped (blocks.ts).
 import { RdmaError } from '../core/errors.js'
 import { typeError } from '../core/validate.js'
-import { emptyColumns, OWN_ARRAYS_UP_TO, planSlices, validateColumns, type BlockColumns, type SlicePlan } from './blocks.js'
+import { emptyColumns, planSlices, validateColumns, type BlockColumns, type SlicePlan } from './blocks.js'
 import { Segment, type LocalTable, type RemoteSegment, type RemoteTable } from './segments.js'
 
 /** A local segment: the Segment register() returned, or its name. */
@@ -33,70 +33,11 @@ export type Blocks = readonly Block[] | BlockArrays
 
 export type TransferOp = 'read' | 'write'
 
-/**
- * What a work request needs, by slice, computed once per plan: the run
- * encodes straight from these (no object per work request).
- */
-export interface WireColumns {
-  laddr: Float64Array
-  lkey: Uint32Array
-  raddrLo: Uint32Array
-  raddrHi: Uint32Array
-  /** The segment's rkey (a per-peer grant's: lane 0's). */
-  rkey: Uint32Array
-  /** A slice names a per-peer grant: its rkey depends on the lane (RemoteSegment.laneKeys). */
-  keyed: boolean
-}
-
-/** A checked plan: the slices, the segments they name, and their work requests' fields. */
+/** A checked plan: the slices, and the segments they name (qp-lane.ts encodes the work requests from both at posting). */
 export interface CheckedPlan extends SlicePlan {
   op: TransferOp
   locals: Segment[]
   remotes: RemoteSegment[]
-  wire: WireColumns
-}
-
-const TWO_32 = 2 ** 32
-
-/** The fields of every slice's work request (addresses and keys of both sides), each segment's read once per change. */
-function wireColumns(plan: SlicePlan, locals: readonly Segment[], remotes: readonly RemoteSegment[]): WireColumns {
-  const s = plan.slices
-  const n = s.count
-  let wire: WireColumns
-  if (n <= OWN_ARRAYS_UP_TO) {
-    wire = { laddr: new Float64Array(n), lkey: new Uint32Array(n), raddrLo: new Uint32Array(n), raddrHi: new Uint32Array(n), rkey: new Uint32Array(n), keyed: false }
-  } else { // one buffer (blocks.ts, emptyColumns)
-    const b = new ArrayBuffer(24 * n)
-    wire = { laddr: new Float64Array(b, 0, n), lkey: new Uint32Array(b, 8 * n, n), raddrLo: new Uint32Array(b, 12 * n, n), raddrHi: new Uint32Array(b, 16 * n, n), rkey: new Uint32Array(b, 20 * n, n), keyed: false }
-  }
-  let l = -1
-  let localAddress = 0
-  let localKey = 0
-  let r = -1
-  let remoteLo = 0
-  let remoteHi = 0
-  let remoteKey = 0
-  for (let i = 0; i < n; i++) {
-    if (s.lseg[i] !== l) {
-      l = s.lseg[i]!
-      localAddress = locals[l]!.region.address
-      localKey = locals[l]!.region.lkey
-    }
-    if (s.rseg[i] !== r) {
-      r = s.rseg[i]!
-      remoteLo = remotes[r]!.region.addrLo
-      remoteHi = remotes[r]!.region.addrHi
-      remoteKey = remotes[r]!.region.rkey
-      if (remotes[r]!.laneKeys !== undefined) wire.keyed = true
-    }
-    wire.laddr[i] = localAddress + s.loff[i]!
-    wire.lkey[i] = localKey
-    const lo = remoteLo + s.roff[i]!
-    wire.raddrLo[i] = lo >>> 0 // lo mod 2^32 (an integer below 2^53): a double's % is a call to fmod
-    wire.raddrHi[i] = (remoteHi + Math.floor(lo / TWO_32)) >>> 0
-    wire.rkey[i] = remoteKey
-  }
-  return wire
 }
 
 /**
@@ -171,7 +112,7 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
   // field on the hot path missed (megamorphic) and each added field made a new map (~30k instructions per write).
   return {
     slices: plan.slices, bounds: plan.bounds, bytes: plan.bytes, blocks: plan.blocks, qps: plan.qps, map: plan.map,
-    op, locals: local.byIndex, remotes: remote.byIndex, wire: wireColumns(plan, local.byIndex, remote.byIndex),
+    op, locals: local.byIndex, remotes: remote.byIndex,
   }
 }
 

@@ -10,6 +10,57 @@ import type { CheckedPlan } from './plan.js'
 import type { Lane } from './poster.js'
 import type { SegmentMemory } from './segments.js'
 
+const TWO_32 = 2 ** 32
+
+/** What encodeSlices() writes to: a QP's work request encoder (ops/encoder.ts). */
+export interface SliceEncoder {
+  addOne(wrId: number, opcode: number, flags: number, address: number, length: number, lkey: number, remoteLo: number, remoteHi: number, rkey: number, imm: number): number
+}
+
+/**
+ * Slices from .. to of `plan` as RDMA WRITEs (READs), work request ids from
+ * `first`, for data QP `lane` on rail `rail`: a slice's addresses are its
+ * segments' plus its offsets (the remote one split into 32-bit halves), the
+ * keys its segments': the rail's registration here, and there the lane's
+ * own key where the segment is a per-peer grant or on several rails
+ * (RemoteSegment.laneKeys). Segments are read again only where they change
+ * (consecutive slices usually share them): computed at posting, nothing per
+ * slice is kept in the plan. `signalLast`: the last request is signaled
+ * (else a notice after it is).
+ */
+export function encodeSlices(enc: SliceEncoder, first: number, plan: CheckedPlan, from: number, to: number, rail: number, lane: number, signalLast: boolean): void {
+  const { slices, locals, remotes } = plan
+  const opcode = plan.op === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
+  const last = signalLast ? to - 1 : -1
+  let l = -1
+  let localAddress = 0
+  let lkey = 0
+  let r = -1
+  let remoteLo = 0
+  let remoteHi = 0
+  let rkey = 0
+  for (let i = from; i < to; i++) {
+    if (slices.lseg[i] !== l) {
+      l = slices.lseg[i]!
+      // An RDMA agent's segments are all memory regions (rdma-transport.ts).
+      const region = locals[l]!.regionOn(rail) as MemoryRegion
+      localAddress = region.address
+      lkey = region.lkey
+    }
+    if (slices.rseg[i] !== r) {
+      r = slices.rseg[i]!
+      const segment = remotes[r]!
+      remoteLo = segment.region.addrLo
+      remoteHi = segment.region.addrHi
+      rkey = segment.laneKeys === undefined ? segment.region.rkey : segment.laneKeys[lane]!
+    }
+    const lo = remoteLo + slices.roff[i]!
+    // lo mod 2^32 (an integer below 2^53): a double's % is a call to fmod.
+    enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, localAddress + slices.loff[i]!, slices.len[i]!, lkey,
+      lo >>> 0, (remoteHi + Math.floor(lo / TWO_32)) >>> 0, rkey, 0)
+  }
+}
+
 export class QpLane implements Lane {
   /** `index`: the QP's place in its link (a per-peer grant has an rkey per QP); `rail`: its device (rails.ts). */
   constructor(readonly qp: QueuePair, readonly index: number, readonly rail = 0) {}
@@ -19,36 +70,11 @@ export class QpLane implements Lane {
   get broken(): boolean { return this.qp.closed || this.qp.error !== undefined }
 
   post(plan: CheckedPlan, from: number, to: number, regions: readonly SegmentMemory[], tail?: NoticeTail): Promise<void> {
-    const { slices, wire } = plan
-    const opcode = plan.op === 'read' ? WrOpcode.RdmaRead : WrOpcode.RdmaWrite
     const count = to - from
     // An RDMA agent's segments are all memory regions of its PD (rdma-transport.ts).
     const held = tail?.slot ? [...regions as MemoryRegion[], tail.slot.region] : regions as MemoryRegion[]
     return this.qp.postEncoded(plan.op, tail ? count + 1 : count, held, (first, enc) => {
-      const last = tail ? -1 : to - 1
-      if (this.rail > 0) {
-        // Another rail: the local memory as that rail's device registered it, and the peer's key on this lane's rail.
-        const { locals, remotes } = plan
-        const rail = this.rail
-        for (let i = from; i < to; i++) {
-          const keys = remotes[slices.rseg[i]!]!.laneKeys
-          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, (locals[slices.lseg[i]!]!.regionOn(rail) as MemoryRegion).lkey,
-            wire.raddrLo[i]!, wire.raddrHi[i]!, keys === undefined ? wire.rkey[i]! : keys[this.index]!, 0)
-        }
-      } else if (wire.keyed) {
-        // Per-peer grants: each segment's window on this QP (another QP's window refuses it).
-        const remotes = plan.remotes
-        for (let i = from; i < to; i++) {
-          const keys = remotes[slices.rseg[i]!]!.laneKeys
-          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
-            wire.raddrLo[i]!, wire.raddrHi[i]!, keys === undefined ? wire.rkey[i]! : keys[this.index]!, 0)
-        }
-      } else {
-        for (let i = from; i < to; i++) {
-          enc.addOne(first + i - from, opcode, i === last ? SendFlags.Signaled : 0, wire.laddr[i]!, slices.len[i]!, wire.lkey[i]!,
-            wire.raddrLo[i]!, wire.raddrHi[i]!, wire.rkey[i]!, 0)
-        }
-      }
+      encodeSlices(enc, first, plan, from, to, this.rail, this.index, tail === undefined)
       if (tail) encodeTail(enc, first + count, tail)
     })
   }

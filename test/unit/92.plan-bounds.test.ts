@@ -9,7 +9,8 @@ import { Session } from 'node:inspector'
 import { setFlagsFromString } from 'node:v8'
 import { describe, expect, it } from 'vitest'
 import { coalesceRuns, emptyColumns, MAX_SLICES, planSlices, remoteOrderIndexes, sliceRuns, validateColumns, type BlockColumns } from '../../lib/transfer/blocks.js'
-import { checkBlocks, type Block, type BlockArrays, type TransferOp } from '../../lib/transfer/plan.js'
+import { checkBlocks, type Block, type BlockArrays, type CheckedPlan, type TransferOp } from '../../lib/transfer/plan.js'
+import { encodeSlices } from '../../lib/transfer/qp-lane.js'
 import { LocalTable, RemoteTable, type SegmentMemory } from '../../lib/transfer/segments.js'
 import { thrown } from './thrown.js'
 
@@ -143,20 +144,47 @@ describe('the work requests\' fields: raddr split into 32-bit halves, addresses 
     return checkBlocks(op, blocks, local, remote, sliceBytes, qps)
   }
 
+  interface Wr { wrId: number; opcode: number; flags: number; laddr: number; length: number; lkey: number; raddrLo: number; raddrHi: number; rkey: number }
+  /** The work requests encodeSlices() makes of all the plan's slices (lane 0, rail 0), as the QP's encoder would receive them. */
+  function wire(p: CheckedPlan, lane = 0, signalLast = true): Wr[] {
+    const wrs: Wr[] = []
+    const enc = {
+      addOne(wrId: number, opcode: number, flags: number, laddr: number, length: number, lkey: number, raddrLo: number, raddrHi: number, rkey: number) {
+        wrs.push({ wrId, opcode, flags, laddr, length, lkey, raddrLo, raddrHi, rkey })
+        return wrs.length
+      },
+    }
+    encodeSlices(enc, 100, p, 0, p.slices.count, 0, lane, signalLast)
+    return wrs
+  }
+
   it('carries the remote address past 2^32 into the high half, slice by slice', () => {
     // The segment starts 4 KiB below a 2^32 boundary of the address space; the block crosses it.
     const base = 0x1_ffff_f000n
     const p = plan('write', [{ local: ['kv', TWO_32 - 8192], remote: ['pool', 0], length: 3 * 4096 }], localTable(TWO_32 + 4096), remoteTable(TWO_32, base), 4096)
     expect(p.slices.count).toBe(3)
-    expect([...p.wire.raddrHi]).toEqual([1, 2, 2])
-    expect([...p.wire.raddrLo]).toEqual([0xffff_f000, 0, 0x1000])
-    expect([...p.wire.rkey]).toEqual([0xabcd, 0xabcd, 0xabcd])
-    expect([...p.wire.lkey]).toEqual([0x1234, 0x1234, 0x1234])
-    expect([...p.wire.laddr]).toEqual([0x7f00_0000_0000 + TWO_32 - 8192, 0x7f00_0000_0000 + TWO_32 - 4096, 0x7f00_0000_0000 + TWO_32])
+    const wrs = wire(p)
+    expect(wrs.map((w) => w.raddrHi)).toEqual([1, 2, 2])
+    expect(wrs.map((w) => w.raddrLo)).toEqual([0xffff_f000, 0, 0x1000])
+    expect(wrs.map((w) => w.rkey)).toEqual([0xabcd, 0xabcd, 0xabcd])
+    expect(wrs.map((w) => w.lkey)).toEqual([0x1234, 0x1234, 0x1234])
+    expect(wrs.map((w) => w.laddr)).toEqual([0x7f00_0000_0000 + TWO_32 - 8192, 0x7f00_0000_0000 + TWO_32 - 4096, 0x7f00_0000_0000 + TWO_32])
+    // Ids from the first given, one opcode (RDMA WRITE: 0), the last request signaled (IBV_SEND_SIGNALED: 2) unless a notice follows.
+    expect(wrs.map((w) => w.wrId)).toEqual([100, 101, 102])
+    expect(wrs.map((w) => w.opcode)).toEqual([0, 0, 0])
+    expect(wrs.map((w) => w.flags)).toEqual([0, 0, 2])
+    expect(wire(p, 0, false).map((w) => w.flags)).toEqual([0, 0, 0])
     for (let i = 0; i < 3; i++) {
-      expect(BigInt(p.wire.raddrHi[i]!) * 2n ** 32n + BigInt(p.wire.raddrLo[i]!)).toBe(base + BigInt(i * 4096))
-      expect(p.slices.len[i]).toBe(4096)
+      expect(BigInt(wrs[i]!.raddrHi) * 2n ** 32n + BigInt(wrs[i]!.raddrLo)).toBe(base + BigInt(i * 4096))
+      expect(wrs[i]!.length).toBe(4096)
     }
+  })
+
+  it('a per-peer grant: each lane (data QP) sends its own key for the segment', () => {
+    const remote = new RemoteTable()
+    remote.add([['pool', '0x1000', 0xabcd, 1 << 20, 'read-write', [0x11, 0x22, 0x33]]], 1, 3)
+    const p = plan('write', [{ local: ['kv', 0], remote: ['pool', 0], length: 4096 }, { local: ['kv', 8192], remote: ['pool', 8192], length: 4096 }], localTable(1 << 20), remote, 65536, 1)
+    for (const [lane, key] of [[0, 0x11], [1, 0x22], [2, 0x33]] as const) expect(wire(p, lane).map((w) => w.rkey), `lane ${lane}`).toEqual([key, key])
   })
 
   it('offsets past 2^32 in a segment: raddr = the segment\'s address + offset, exactly, to the last byte below 2^64', () => {
@@ -168,9 +196,11 @@ describe('the work requests\' fields: raddr split into 32-bit halves, addresses 
     ]
     for (const [addr, length, offset] of cases) {
       const p = plan('read', { local: 'kv', remote: 'pool', localOffsets: [0], remoteOffsets: [offset], blockSize: 4096 }, localTable(4096), remoteTable(length, addr))
-      const raddr = BigInt(p.wire.raddrHi[0]!) * 2n ** 32n + BigInt(p.wire.raddrLo[0]!)
+      const [wr] = wire(p)
+      const raddr = BigInt(wr!.raddrHi) * 2n ** 32n + BigInt(wr!.raddrLo)
       expect(raddr, `${addr} + ${offset}`).toBe(addr + BigInt(offset))
-      expect(p.wire.raddrHi[0]).toBeLessThanOrEqual(0xffff_ffff)
+      expect(wr!.raddrHi).toBeLessThanOrEqual(0xffff_ffff)
+      expect(wr!.opcode).toBe(4) // RDMA READ
     }
   })
 
