@@ -13,16 +13,18 @@
 //
 // --layer engine (default): one TransferAgent per process (--qps N data QPs per peer, 1 by
 //   default as the one-process rows of bench/transfer.mjs), write(peer, blocks, { notify }).
+// --layer plan: the same agents, the blocks prepared once (agent.prepare()) and
+//   each round a plan.run({ notify }): a fixed layout (a KV cache's) checked once.
 // --layer verbs: one RC QP per process posting what the engine posts for it
 //   (each block a WRITE, then a SEND_WITH_IMM of 8 bytes) by one postBatch(),
 //   the peer's recv() resolving: Node's floor under the engine, same shape.
 //
 // Options: --size BYTES (4096, all blocks together), --blocks N (1), --iters N (1000),
-//   --warm-s N (30: untimed rounds first), --poll event|busy (event), --layer engine|verbs,
+//   --warm-s N (30: untimed rounds first), --poll event|busy (event), --layer engine|plan|verbs,
 //   --dist DIR (another build of the library, for both processes),
 //   --json (one line of JSON).
 // --compare: per round, for 1 x 4 KiB and 16 x 4 KiB with event and busy CQs,
-//   ib_write_lat of the same bytes, then both layers; prints a Markdown table of
+//   ib_write_lat of the same bytes, then the three layers; prints a Markdown table of
 //   the medians over --rounds N (3) with the engine / ib_write_lat ratio's spread.
 // Warm-up: V8 compiles the hot paths of both processes on the guest's two
 // vCPUs while the rounds run; in the emulated guest that goes on for well over
@@ -60,7 +62,7 @@ function parseArgs(argv) {
   if (!(o.blocks >= 1) || !(o.size >= o.blocks) || !(o.iters >= 1) || !(o.warmS >= 0)) throw new Error('notify-pingpong: --size must be at least --blocks, both and --iters positive, --warm-s not negative')
   if (o.poll !== 'event' && o.poll !== 'busy') throw new Error('notify-pingpong: --poll is event or busy')
   if (!(o.qps >= 1)) throw new Error('notify-pingpong: --qps is a positive number')
-  if (o.layer !== 'engine' && o.layer !== 'verbs') throw new Error('notify-pingpong: --layer is engine or verbs')
+  if (!['engine', 'plan', 'verbs'].includes(o.layer)) throw new Error('notify-pingpong: --layer is engine, plan or verbs')
   return o
 }
 
@@ -92,12 +94,16 @@ async function engineSide(o, name) {
   const buf = agent.register('buf', { size: 2 * span, remote: 'read-write' })
   const blocks = Array.from({ length: o.blocks }, (_, i) => ({ local: [buf, at(0, i)], remote: ['buf', at(span, i)], length: blockSize }))
   let peer
+  let plan
   agent.on('notification', (n) => { peer ??= n.peer })
   return {
     hello: { port: agent.port },
     bytes: buf.bytes,
     async start(peerHello) { if (name === 'initiator') peer = await agent.connect({ host, port: peerHello.port, timeoutMs: 60_000 }) },
-    write: (round) => agent.write(peer, blocks, { notify: String(round), timeoutMs: 60_000 }),
+    // --layer plan: the blocks checked once (agent.prepare()), each round a run() of the plan.
+    write: o.layer === 'plan'
+      ? (round) => (plan ??= agent.prepare(peer, 'write', blocks)).run({ notify: String(round), timeoutMs: 60_000 })
+      : (round) => agent.write(peer, blocks, { notify: String(round), timeoutMs: 60_000 }),
     onArrival(cb) { agent.on('notification', ({ message }) => cb(Number(message))) },
     close() { agent.close() },
   }
@@ -263,7 +269,7 @@ async function compare(o) {
   const addr = process.env.SOFTROCE_ADDR ?? '127.0.0.1'
   const gidIndex = roceV2Ipv4GidIndex(device)
   const cases = []
-  for (const [blocks, size] of [[1, 4096], [16, 65536]]) for (const poll of ['event', 'busy']) cases.push({ blocks, size, poll, perftest: [], engine: [], verbs: [] })
+  for (const [blocks, size] of [[1, 4096], [16, 65536]]) for (const poll of ['event', 'busy']) cases.push({ blocks, size, poll, perftest: [], engine: [], plan: [], verbs: [] })
   for (let round = 1; round <= o.rounds; round++) {
     for (const c of cases) {
       let pt
@@ -272,21 +278,25 @@ async function compare(o) {
       }
       if (!Number.isFinite(pt?.tTypical)) throw new Error(`notify-pingpong --compare: ib_write_lat of ${c.size} B gave no result`)
       c.perftest.push(pt)
-      for (const layer of ['engine', 'verbs']) c[layer].push(await notifyPingPong({ ...o, compare: false, layer, blocks: c.blocks, size: c.size, poll: c.poll }))
-      const [e, v] = [c.engine.at(-1), c.verbs.at(-1)]
-      console.error(`[r${round}] ${c.blocks} x ${c.size / c.blocks / 1024} KiB, ${c.poll}: ib_write_lat ${fmt(pt.tTypical)} µs, verbs layer ${fmt(v.oneWayTypical)}, engine ${fmt(e.oneWayTypical)} (${(e.oneWayTypical / pt.tTypical).toFixed(2)}x)`)
+      for (const layer of ['engine', 'plan', 'verbs']) c[layer].push(await notifyPingPong({ ...o, compare: false, layer, blocks: c.blocks, size: c.size, poll: c.poll }))
+      const [e, p, v] = [c.engine.at(-1), c.plan.at(-1), c.verbs.at(-1)]
+      console.error(`[r${round}] ${c.blocks} x ${c.size / c.blocks / 1024} KiB, ${c.poll}: ib_write_lat ${fmt(pt.tTypical)} µs, verbs layer ${fmt(v.oneWayTypical)}, engine ${fmt(e.oneWayTypical)} (${(e.oneWayTypical / pt.tTypical).toFixed(2)}x), prepared plan ${fmt(p.oneWayTypical)} (${(p.oneWayTypical / pt.tTypical).toFixed(2)}x)`)
     }
   }
   const lines = [
     `Two processes in ping-pong (engine: ${o.qps} QP${o.qps > 1 ? 's' : ''} per peer), one way (µs, median over ${o.rounds} rounds of each run's median / p99; ${o.iters} timed round trips after ${o.warmS} s of untimed ones). Ratio = engine / ib_write_lat per round: median [min–max].`,
     '',
-    '| notified write | CQs | `ib_write_lat` typ / p99 | verbs layer typ / p99 (/ `ib_write_lat`) | engine typ / p99 | engine / `ib_write_lat` |',
-    '|---|---|---:|---:|---:|---|',
+    '| notified write | CQs | `ib_write_lat` typ / p99 | verbs layer typ / p99 (/ `ib_write_lat`) | engine write() typ / p99 | write() / `ib_write_lat` | prepared plan run() typ / p99 | run() / `ib_write_lat` |',
+    '|---|---|---:|---:|---:|---|---:|---|',
   ]
   for (const c of cases) {
-    const ratios = c.engine.map((e, i) => e.oneWayTypical / c.perftest[i].tTypical)
-    const [pt, v, e] = [median(c.perftest.map((p) => p.tTypical)), median(c.verbs.map((r) => r.oneWayTypical)), median(c.engine.map((r) => r.oneWayTypical))]
-    lines.push(`| ${c.blocks} x 4 KiB | ${c.poll} | ${fmt(pt)} / ${fmt(median(c.perftest.map((p) => p.p99)))} | ${fmt(v)} / ${fmt(median(c.verbs.map((r) => r.oneWayP99)))} (${(v / pt).toFixed(2)}) | ${fmt(e)} / ${fmt(median(c.engine.map((r) => r.oneWayP99)))} | ${median(ratios).toFixed(2)} [${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}] |`)
+    const [pt, v] = [median(c.perftest.map((p) => p.tTypical)), median(c.verbs.map((r) => r.oneWayTypical))]
+    // Typical / p99, then the ratio to ib_write_lat per round: median [min–max].
+    const layer = (runs) => {
+      const ratios = runs.map((r, i) => r.oneWayTypical / c.perftest[i].tTypical)
+      return `${fmt(median(runs.map((r) => r.oneWayTypical)))} / ${fmt(median(runs.map((r) => r.oneWayP99)))} | ${median(ratios).toFixed(2)} [${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}]`
+    }
+    lines.push(`| ${c.blocks} x 4 KiB | ${c.poll} | ${fmt(pt)} / ${fmt(median(c.perftest.map((p) => p.p99)))} | ${fmt(v)} / ${fmt(median(c.verbs.map((r) => r.oneWayP99)))} (${(v / pt).toFixed(2)}) | ${layer(c.engine)} | ${layer(c.plan)} |`)
   }
   console.log(lines.join('\n'))
 }

@@ -53,7 +53,11 @@ const floor = await floorPair()
 async function floorPair() {
   const { Access } = await import(lib('index.js'))
   const { c, s, batch, inbox } = await verbsFloorPair(device, Access)
-  return { notified: () => Promise.all([s.qp.recv(inbox), c.qp.postBatch(batch)]) }
+  const b16 = await verbsFloorPair(device, Access, { size: 65536, blocks: 16 })
+  return {
+    notified: () => Promise.all([s.qp.recv(inbox), c.qp.postBatch(batch)]),
+    notified16: () => Promise.all([b16.s.qp.recv(b16.inbox), b16.c.qp.postBatch(b16.batch)]),
+  }
 }
 
 /**
@@ -76,10 +80,12 @@ async function enginePair() {
   // 16 blocks of 4 KiB with a gap after each (none coalesces): bench/transfer.mjs's 64 KiB latency case.
   const blocks16 = Array.from({ length: 16 }, (_, i) => ({ local: [src, 8192 * i], remote: ['kv', 8192 * i], length: 4096 }))
   const notified = { notify: 'n' }
+  const plan16 = initiator.prepare(peer, 'write', blocks16)
   return {
     write: () => initiator.write(peer, block),
     notified: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, block, notified)]),
     notified16: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, blocks16, notified)]),
+    prepared16: () => Promise.all([new Promise((r) => { arrived = r }), plan16.run(notified)]),
     close: () => { initiator.close(); target.close() },
   }
 }
@@ -199,8 +205,10 @@ function paths() {
       { label: 'engine: await write() of 4 KiB, 1 QP (both agents)', async: engine.write },
       { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
       { label: 'engine: notified write of 16 x 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified16, scale: 0.25 },
+      { label: 'engine: notified run() of a prepared plan of 16 x 4 KiB, 1 QP, until the target\'s handler ran and run() resolved (both agents)', async: engine.prepared16, scale: 0.25 },
     ] : []),
     { label: 'verbs floor of a notified write: WRITE 4 KiB + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified },
+    { label: 'verbs floor of a notified write of 16 x 4 KiB: 16 WRITEs + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified16, scale: 0.25 },
     // Two fresh processes: V8 compiles both for well over 5 s in the guest (docs/benchmarks.md, "Notified writes").
     ...(TransferAgent ? [{ label: 'engine: notified 4 KiB write in ping-pong between two processes, per round trip (event CQs, 1 QP; both processes)', ...pingPongRow('engine'), warmMs: 30_000 }] : []),
     { label: 'verbs floor in ping-pong between two processes: WRITE 4 KiB + SEND_WITH_IMM by postBatch, per round trip (event CQs; both processes)', ...pingPongRow('verbs'), warmMs: 30_000 },

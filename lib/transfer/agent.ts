@@ -318,19 +318,28 @@ export class TransferAgent extends EventEmitter {
     let checked = checkBlocks(op, blocks, this.#table, link.remote, this.sliceBytes, link.posters.length, link.laneWeights())
     let used = segmentsUsed(checked)
     let checkedOn = link
-    return new TransferPlan(peer, op, blocks, checked.bytes, async (options) => {
-      const o = optionalObject(options, 'options')
-      const wait = this.#bounded(o)
-      const progress = progressOptions(o, this.#stallMs)
-      const notify = options.notify === undefined ? undefined : noticePayload(options.notify)
-      const current = await this.#peerLinks.linkOf(peer, wait)
-      // A new link (the peer's table, its rkeys, are new), or a segment withdrawn since (perhaps registered again under its name): checked anew.
+    // On `current` (the link now): checked anew if it is a new link (the peer's table, its rkeys, are new) or a segment was withdrawn since (perhaps registered again under its name).
+    const start = (current: Link, wait: WaitOptions, progress: ProgressOptions, notify: NoticePayload | undefined): Promise<TransferResult> => {
       if (current !== checkedOn || !isCurrent(checked, used)) {
         checked = recheck(checked, used, current === checkedOn, () => checkBlocks(op, blocks, this.#table, current.remote, this.sliceBytes, current.posters.length, current.laneWeights()))
         used = segmentsUsed(checked)
         checkedOn = current
       }
       return launch(this.#launcher, peer, current, checked, blocks, notify, wait, progress)
+    }
+    // As write() and read(): on a healthy link it starts in this call; a failure before posting rejects (never throws).
+    return new TransferPlan(peer, op, blocks, checked.bytes, (options) => {
+      try {
+        const o = optionalObject(options, 'options')
+        const wait = this.#bounded(o)
+        const progress = progressOptions(o, this.#stallMs)
+        const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
+        const link = this.#peerLinks.healthyLink(peer)
+        if (link) return start(link, wait, progress, notify)
+        return this.#peerLinks.linkOf(peer, wait).then((fresh) => start(fresh, wait, progress, notify))
+      } catch (error) {
+        return Promise.reject(error)
+      }
     })
   }
 

@@ -24,6 +24,31 @@ function byteMap(cols: BlockColumns): string[] {
   return out.sort()
 }
 
+describe('emptyColumns', () => {
+  it('gives every plan columns of its own, zeroed, whatever their size (small plans share slabs)', () => {
+    // Sizes around each way of making them (own typed arrays up to 8, slab parts up to 128, a buffer of their own beyond),
+    // enough of them to fill several 64 KiB slabs: each keeps what was written to it.
+    const sizes = [1, 8, 9, 16, 100, 128, 129, 1000]
+    const made: BlockColumns[] = []
+    for (let k = 0; k < 600; k++) {
+      const count = sizes[k % sizes.length]!
+      const cols = emptyColumns(count)
+      expect(cols.count).toBe(count)
+      for (const column of [cols.lseg, cols.loff, cols.rseg, cols.roff, cols.len]) {
+        expect(column.length).toBe(count)
+        expect(column.every((v) => v === 0)).toBe(true)
+      }
+      for (let i = 0; i < count; i++) { cols.lseg[i] = k; cols.loff[i] = k + 0.5; cols.rseg[i] = k + 1; cols.roff[i] = k + 0.25; cols.len[i] = -k }
+      made.push(cols)
+    }
+    made.forEach((cols, k) => {
+      for (let i = 0; i < cols.count; i++) {
+        expect([cols.lseg[i], cols.loff[i], cols.rseg[i], cols.roff[i], cols.len[i]], `plan ${k}, block ${i}`).toEqual([k, k + 0.5, k + 1, k + 0.25, -k])
+      }
+    })
+  })
+})
+
 describe('validateColumns', () => {
   it('returns the total bytes of blocks inside both segments', () => {
     expect(validateColumns(columns([[0, 0, 0, 0, 10], [1, 5, 0, 90, 10]]), [10, 20], [100])).toBe(20)
