@@ -86,6 +86,8 @@ async function enginePair() {
     notified: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, block, notified)]),
     notified16: () => Promise.all([new Promise((r) => { arrived = r }), initiator.write(peer, blocks16, notified)]),
     prepared16: () => Promise.all([new Promise((r) => { arrived = r }), plan16.run(notified)]),
+    prepare1: () => initiator.prepare(peer, 'write', block),
+    prepare16: () => initiator.prepare(peer, 'write', blocks16),
     close: () => { initiator.close(); target.close() },
   }
 }
@@ -206,6 +208,9 @@ function paths() {
       { label: 'engine: notified write of 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified },
       { label: 'engine: notified write of 16 x 4 KiB, 1 QP, until the target\'s handler ran and write() resolved (both agents)', async: engine.notified16, scale: 0.25 },
       { label: 'engine: notified run() of a prepared plan of 16 x 4 KiB, 1 QP, until the target\'s handler ran and run() resolved (both agents)', async: engine.prepared16, scale: 0.25 },
+      // What write() checks and plans before posting, alone (a list of { local, remote, length }).
+      { label: 'engine: prepare() of 1 block', sync: engine.prepare1 },
+      { label: 'engine: prepare() of 16 blocks', sync: engine.prepare16 },
     ] : []),
     { label: 'verbs floor of a notified write: WRITE 4 KiB + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified },
     { label: 'verbs floor of a notified write of 16 x 4 KiB: 16 WRITEs + SEND_WITH_IMM by postBatch, until recv() and the batch resolved (event CQs)', async: floor.notified16, scale: 0.25 },

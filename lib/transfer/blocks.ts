@@ -46,7 +46,8 @@ function columnsOn(b: ArrayBuffer, o: number, count: number): BlockColumns {
 
 export function emptyColumns(count: number): BlockColumns {
   if (count <= OWN_ARRAYS_UP_TO) {
-    return { count, lseg: new Uint32Array(count), loff: new Float64Array(count), rseg: new Uint32Array(count), roff: new Float64Array(count), len: new Float64Array(count) }
+    // The fields in the order columnsOn() gives them: one object shape (map) for every plan, so loads of a column stay monomorphic.
+    return { count, loff: new Float64Array(count), roff: new Float64Array(count), len: new Float64Array(count), lseg: new Uint32Array(count), rseg: new Uint32Array(count) }
   }
   const bytes = 32 * count // a multiple of 8: the next plan's columns on the slab are aligned too
   if (bytes > SLAB_SHARE) return columnsOn(new ArrayBuffer(bytes), 0, count)
