@@ -67,6 +67,8 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
     const list = blocks as readonly Block[]
     if (list.length === 0) throw typeError('a non-empty list of blocks', 'blocks', blocks)
     cols = emptyColumns(list.length)
+    // The columns in locals: each store then skips the plan object's field loads.
+    const { lseg, rseg, loff, roff, len } = cols
     // Consecutive blocks usually name the same segments: resolve each change once.
     let lastLocal: unknown
     let lastLocalIndex = 0
@@ -78,16 +80,17 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
       const lpair = pair(block.local, i, 'local')
       const rpair = pair(block.remote, i, 'remote')
       const lref = lpair[0]
-      const loff = lpair[1]
+      const lo = lpair[1]
       const rref = rpair[0]
-      const roff = rpair[1]
+      const ro = rpair[1]
+      const length = block.length
       if (lref !== lastLocal) { lastLocalIndex = local.resolve(lref).index; lastLocal = lref }
       if (rref !== lastRemote) { lastRemoteIndex = remote.resolve(rref, op).index; lastRemote = rref }
-      cols.lseg[i] = lastLocalIndex
-      cols.rseg[i] = lastRemoteIndex
-      cols.loff[i] = typeof loff === 'number' ? loff : NaN
-      cols.roff[i] = typeof roff === 'number' ? roff : NaN
-      cols.len[i] = typeof block.length === 'number' ? block.length : NaN
+      lseg[i] = lastLocalIndex
+      rseg[i] = lastRemoteIndex
+      loff[i] = typeof lo === 'number' ? lo : NaN
+      roff[i] = typeof ro === 'number' ? ro : NaN
+      len[i] = typeof length === 'number' ? length : NaN
     }
   } else if (typeof blocks === 'object' && blocks !== null) {
     const b = blocks as BlockArrays
@@ -116,8 +119,11 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
   }
 }
 
+/** The distinct segment indexes a plan's slices use, on each side (usually one each). */
+export interface SegmentsUsed { locals: number[]; remotes: number[] }
+
 /** Throws ERR_SEGMENT_WITHDRAWN if a segment the plan's slices name was unregistered since it was checked. */
-export function assertCurrent(plan: CheckedPlan, used: { locals: Set<number>; remotes: Set<number> }): void {
+export function assertCurrent(plan: CheckedPlan, used: SegmentsUsed): void {
   for (const i of used.locals) {
     const s = plan.locals[i]!
     if (s.withdrawn) throw new RdmaError(`Local segment '${s.name}' was unregistered`, { code: 'ERR_SEGMENT_WITHDRAWN' })
@@ -128,10 +134,11 @@ export function assertCurrent(plan: CheckedPlan, used: { locals: Set<number>; re
   }
 }
 
-/** Whether every segment the plan's slices name is still registered (on both sides). */
-export function isCurrent(plan: CheckedPlan, used: { locals: Set<number>; remotes: Set<number> }): boolean {
-  for (const i of used.locals) if (plan.locals[i]!.withdrawn) return false
-  for (const i of used.remotes) if (plan.remotes[i]!.withdrawn) return false
+/** Whether every segment the plan's slices name is still registered (on both sides): checked before each run() of a prepared plan. */
+export function isCurrent(plan: CheckedPlan, used: SegmentsUsed): boolean {
+  const { locals, remotes } = used
+  for (let k = 0; k < locals.length; k++) if (plan.locals[locals[k]!]!.withdrawn) return false
+  for (let k = 0; k < remotes.length; k++) if (plan.remotes[remotes[k]!]!.withdrawn) return false
   return true
 }
 
@@ -140,7 +147,7 @@ export function isCurrent(plan: CheckedPlan, used: { locals: Set<number>; remote
  * withdrawn); on the same link, a segment withdrawn and not registered again
  * is ERR_SEGMENT_WITHDRAWN (as assertCurrent says), not ERR_SEGMENT_UNKNOWN.
  */
-export function recheck(stale: CheckedPlan, used: { locals: Set<number>; remotes: Set<number> }, sameLink: boolean, check: () => CheckedPlan): CheckedPlan {
+export function recheck(stale: CheckedPlan, used: SegmentsUsed, sameLink: boolean, check: () => CheckedPlan): CheckedPlan {
   try {
     return check()
   } catch (error) {
@@ -149,11 +156,21 @@ export function recheck(stale: CheckedPlan, used: { locals: Set<number>; remotes
   }
 }
 
-/** The distinct segment indexes a plan's slices use. */
-export function segmentsUsed(plan: CheckedPlan): { locals: Set<number>; remotes: Set<number> } {
-  const locals = new Set<number>()
-  const remotes = new Set<number>()
-  const s = plan.slices
-  for (let i = 0; i < s.count; i++) { locals.add(s.lseg[i]!); remotes.add(s.rseg[i]!) }
+/**
+ * The distinct segment indexes a plan's slices use. Arrays, not Sets: a plan
+ * names a few segments, and a Set's adds (two per slice) cost more than the
+ * rest of planning a small plan.
+ */
+export function segmentsUsed(plan: CheckedPlan): SegmentsUsed {
+  const locals: number[] = []
+  const remotes: number[] = []
+  const { count, lseg, rseg } = plan.slices
+  let l = -1
+  let r = -1
+  for (let i = 0; i < count; i++) {
+    // Consecutive slices usually share their segments: look further only on a change.
+    if (lseg[i] !== l) { l = lseg[i]!; if (!locals.includes(l)) locals.push(l) }
+    if (rseg[i] !== r) { r = rseg[i]!; if (!remotes.includes(r)) remotes.push(r) }
+  }
   return { locals, remotes }
 }

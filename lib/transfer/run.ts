@@ -65,6 +65,9 @@ export interface RunBounds {
   onProgress: TransferProgressListener | undefined
 }
 
+/** The rail tallies of a run that does not measure them (one rail): never written. */
+const NO_RAILS: number[] = []
+
 /** A failure that waits for the run's batches in flight to settle (so that their completions are counted). */
 interface Pending { cause: unknown; why: string }
 
@@ -87,14 +90,15 @@ export class TransferRun implements PostSource, Watched {
   #lastProgress = this.#started
   #signal: AbortSignal | undefined
   #onProgress: TransferProgressListener | undefined
-  /** Several rails: bytes completed on each, and the time of its last completion. */
-  readonly #railBytes: number[] = []
-  readonly #railLast: number[] = []
+  /** Several rails (hooks.measured): bytes completed on each, and the time of its last completion; empty otherwise. */
+  readonly #railBytes: number[]
+  readonly #railLast: number[]
   /** Several rails: slices to post again after a rail failed (failover.ts). */
   readonly #redo: Resubmits | undefined
   /** The rail of the batch postNext() last refused (its slices go to #redo if that rail failed). */
   #refused: { from: number; to: number; rail: number } | undefined
-  readonly #onAbort = (): void => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, this.#signal?.reason))
+  /** The signal's listener, made only for a run given a signal (most are not). */
+  #onAbort: (() => void) | undefined
 
   constructor(plan: CheckedPlan, hooks: RunHooks) {
     this.#plan = plan
@@ -103,6 +107,8 @@ export class TransferRun implements PostSource, Watched {
     this.#slicesLeft = plan.slices.count
     this.#landed = new LandedBlocks(plan.map)
     if (hooks.railFailed) this.#redo = new Resubmits(plan.bounds.length - 1)
+    this.#railBytes = hooks.measured ? [] : NO_RAILS
+    this.#railLast = hooks.measured ? [] : NO_RAILS
   }
 
   /** Settled, or failing once its batches in flight settle: post nothing more for it. */
@@ -112,7 +118,11 @@ export class TransferRun implements PostSource, Watched {
   start(posters: readonly QpPoster[], bounds: RunBounds, stalls: StallWatch): void {
     const { timeoutMs, stallTimeoutMs, signal } = bounds
     this.#onProgress = bounds.onProgress
-    if (signal?.aborted) { this.#signal = signal; return this.#onAbort() }
+    if (signal) {
+      this.#signal = signal
+      this.#onAbort = () => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, signal.reason))
+      if (signal.aborted) return this.#onAbort()
+    }
     if (timeoutMs !== undefined) {
       this.#timer = setTimeout(() => this.fail(this.#error('ETIMEDOUT', `Transfer timed out after ${timeoutMs} ms with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`)), timeoutMs)
     }
@@ -121,10 +131,7 @@ export class TransferRun implements PostSource, Watched {
       this.#stallMs = stallTimeoutMs
       stalls.started(this.#started + stallTimeoutMs)
     }
-    if (signal) {
-      this.#signal = signal
-      signal.addEventListener('abort', this.#onAbort, { once: true })
-    }
+    if (signal) signal.addEventListener('abort', this.#onAbort!, { once: true })
     for (const poster of posters) poster.add(this)
   }
 
@@ -320,7 +327,7 @@ export class TransferRun implements PostSource, Watched {
     if (this.#done) return
     this.#done = true
     if (this.#timer !== undefined) clearTimeout(this.#timer)
-    this.#signal?.removeEventListener('abort', this.#onAbort)
+    if (this.#onAbort) this.#signal!.removeEventListener('abort', this.#onAbort)
     this.#hooks.settled(this, error, result)
   }
 }
