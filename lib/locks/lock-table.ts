@@ -158,10 +158,11 @@ export class RemoteLockTable {
           if (leaseStart >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
         }
         // The lease starts before the CAS is posted: a waiter can only see our word later than this.
-        const word = this.#ownerBits | nextSequence(sequenceOf(expect))
+        const token = nextSequence(sequenceOf(expect))
+        const word = this.#ownerBits | token
         const before = await bound.wait(this.qp.compareAndSwap(slot, expect, word))
         if (before === expect) {
-          const grant: LockGrant = { lock, word, token: sequenceOf(word), leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: isFree(expect) ? undefined : expect, attempts: attempt }
+          const grant: LockGrant = { lock, word, token, leaseEndsAt: leaseStart + this.leaseMs, stolenFrom: isFree(expect) ? undefined : expect, attempts: attempt }
           // A CAS answered after the lease ran out: a thief may hold a newer token already. Give it back, try again.
           if (performance.now() < grant.leaseEndsAt) return grant
           await this.release(grant).catch(ignore)

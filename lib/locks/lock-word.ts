@@ -15,6 +15,8 @@ export const FREE = 0n
 export const MAX_OWNER = 0xffff
 const SEQUENCE_BITS = 48n
 const SEQUENCE_MASK = (1n << SEQUENCE_BITS) - 1n
+/** The smallest held word (owner 1, sequence 0): a lock word (0..2^64-1) below it is free. */
+const HELD = 1n << SEQUENCE_BITS
 
 /** The value of a lock held by `owner` at sequence `sequence` (1..2^48-1). */
 export function heldWord(owner: number, sequence: bigint): bigint {
@@ -29,11 +31,13 @@ export function decodeWord(word: bigint): { owner: number; sequence: bigint } | 
   return { owner: Number(word >> SEQUENCE_BITS), sequence: word & SEQUENCE_MASK }
 }
 
+// The hot path compares rather than shifts or masks: a comparison allocates no BigInt.
+
 /** No owner (whatever the sequence). */
-export function isFree(word: bigint): boolean { return word >> SEQUENCE_BITS === 0n }
+export function isFree(word: bigint): boolean { return word >= 0n && word < HELD }
 
 /** The sequence a lock word carries. */
-export function sequenceOf(word: bigint): bigint { return word & SEQUENCE_MASK }
+export function sequenceOf(word: bigint): bigint { return word >= 0n && word < HELD ? word : word & SEQUENCE_MASK }
 
 /** The word `word` becomes when its holder releases it: same sequence, no owner. */
 export function releasedWord(word: bigint): bigint { return word & SEQUENCE_MASK }
