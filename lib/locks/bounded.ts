@@ -13,9 +13,13 @@ export class Watchdog {
   #timer: ReturnType<typeof setTimeout> | undefined
   #armedFor = Infinity // the deadline the timer fires at
 
-  /** A bound until `deadline` (a performance.now() time): `onTimeout` makes its error, `onAbort` the one of an aborted `signal`. */
-  start(deadline: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error): Bound {
-    const bound = new Bound(this, deadline, onTimeout, signal, onAbort)
+  /**
+   * A bound until `deadline` (a performance.now() time). Nothing is made for
+   * its errors until one fires: `errors` makes them then, from the bound's
+   * fields (no closure per call).
+   */
+  start(deadline: number, signal: AbortSignal | undefined, errors: BoundErrors, lock: number, timeoutMs: number): Bound {
+    const bound = new Bound(this, deadline, signal, errors, lock, timeoutMs)
     bound.index = this.#live.push(bound) - 1
     if (deadline < this.#armedFor) this.#arm(deadline)
     return bound
@@ -52,24 +56,37 @@ export class Watchdog {
   }
 }
 
+/** How the errors of a kind of bound are made, from the bound, when one fires. */
+export interface BoundErrors {
+  timedOut(bound: Bound): Error
+  aborted(bound: Bound): Error
+}
+
 export class Bound {
   readonly deadline: number
   /** @internal Its place among the watchdog's live bounds, -1 once removed. */
   index = -1
+  /** What its errors say: the lock, the timeout the deadline came from, and an acquire's progress so far. */
+  readonly lock: number
+  readonly timeoutMs: number
+  readonly signal: AbortSignal | undefined
+  attempts = 0
+  last = 0n // the last lock word an acquire's CAS found
   #reject: ((error: Error) => void) | undefined
   #failure: Error | undefined
   readonly #watchdog: Watchdog
-  readonly #onTimeout: () => Error
-  readonly #signal: AbortSignal | undefined
+  readonly #errors: BoundErrors
   readonly #onAbort: (() => void) | undefined
 
-  constructor(watchdog: Watchdog, deadline: number, onTimeout: () => Error, signal: AbortSignal | undefined, onAbort: () => Error) {
+  constructor(watchdog: Watchdog, deadline: number, signal: AbortSignal | undefined, errors: BoundErrors, lock: number, timeoutMs: number) {
     this.#watchdog = watchdog
     this.deadline = deadline
-    this.#onTimeout = onTimeout
+    this.#errors = errors
+    this.lock = lock
+    this.timeoutMs = timeoutMs
+    this.signal = signal
     if (signal !== undefined) {
-      this.#signal = signal
-      this.#onAbort = () => this.#fail(onAbort())
+      this.#onAbort = () => this.#fail(errors.aborted(this))
       if (signal.aborted) this.#onAbort()
       else signal.addEventListener('abort', this.#onAbort, { once: true })
     }
@@ -96,12 +113,12 @@ export class Bound {
   /** The operation is over: no longer watched. */
   end(): void {
     this.#watchdog.remove(this)
-    if (this.#onAbort !== undefined) this.#signal!.removeEventListener('abort', this.#onAbort)
+    if (this.#onAbort !== undefined) this.signal!.removeEventListener('abort', this.#onAbort)
     this.#reject = undefined
   }
 
   /** @internal The watchdog found the deadline passed. */
-  expire(): void { this.#fail(this.#onTimeout()) }
+  expire(): void { this.#fail(this.#errors.timedOut(this)) }
 
   #fail(error: Error): void {
     if (this.#failure !== undefined) return

@@ -11,7 +11,7 @@ import { RdmaError } from '../core/errors.js'
 import { RemoteSlice } from '../verbs/remote.js'
 import type { QueuePair } from '../verbs/queue-pair.js'
 import { instance, integer, object, oneOf, optionalInteger, typeError } from '../core/validate.js'
-import { Watchdog, type Bound } from './bounded.js'
+import { Watchdog, type Bound, type BoundErrors } from './bounded.js'
 import { backoffMs, decodeWord, FREE, heldWord, isFree, MAX_OWNER, nextSequence, releasedWord, sequenceOf } from './lock-word.js'
 import { deadlineBound, forfeit, HoldTime, renewedWord, servingWord, ticketOf, waitForTurn, type TicketTable } from './ticket.js'
 
@@ -137,12 +137,13 @@ export class RemoteLockTable {
    */
   async acquire(lock: number, options: LockWaitOptions = NO_OPTIONS): Promise<LockGrant> {
     const slot = this.lockWord(lock)
-    const { deadline, signal, timeoutMs, now } = waitFor(options)
+    const { signal, timeoutMs } = waitOptions(options)
     if (signal?.aborted) throw aborted(lock, signal)
-    let attempt = 0
-    let last = FREE // what the last CAS found
+    const now = performance.now()
+    const deadline = now + timeoutMs
     // One deadline for the whole acquire, watched by the table's one timer: its atomics take the QP's fast path.
-    const bound = this.#watchdog.start(deadline, () => timedOut(lock, timeoutMs, attempt, last), signal, () => aborted(lock, signal!))
+    // Its timeout error tells bound.attempts and bound.last (what the last CAS found), kept up to date below.
+    const bound = this.#watchdog.start(deadline, signal, ACQUIRE_ERRORS, lock, timeoutMs)
     if (this.mode === 'fifo') return this.#acquireTicket(lock, slot, this.#tokenWord(lock), bound, deadline, timeoutMs)
     let expect = this.#expectFree[lock] ?? FREE
     let seen = FREE
@@ -152,7 +153,7 @@ export class RemoteLockTable {
     let caughtUp = false // the last CAS was the one retry at once after finding the lock held at a newer sequence
     try {
       for (;;) {
-        attempt++
+        const attempt = ++bound.attempts
         if (attempt > 1) {
           leaseStart = performance.now()
           if (leaseStart >= deadline) throw timedOut(lock, timeoutMs, attempt - 1, seen)
@@ -167,10 +168,10 @@ export class RemoteLockTable {
           if (performance.now() < grant.leaseEndsAt) return grant
           await this.release(grant).catch(ignore)
           expect = releasedWord(word)
-          last = FREE
+          bound.last = FREE
           continue
         }
-        last = before
+        bound.last = before
         if (isFree(before)) {
           this.#expectFree[lock] = expect = before // used since this client last saw it: try that word at once
           if (attempt < 3) continue
@@ -248,11 +249,19 @@ export class RemoteLockTable {
   async release(grant: LockGrant, options: LockWaitOptions = NO_OPTIONS): Promise<void> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
-    const wait = waitFor(options) // before the CAS is posted: a refused call changes nothing
+    const { signal, timeoutMs } = waitOptions(options) // before the CAS is posted: a refused call changes nothing
     const fifo = this.mode === 'fifo'
     const freed = fifo ? servingWord(ticketOf(grant.word) + 1n) : releasedWord(grant.word)
-    if (fifo) this.#tickets.hold.observe(performance.now() - (grant.leaseEndsAt - this.leaseMs)) // since the turn's poll (or the last renew)
-    const before = await this.#bounded('release', wait, this.qp.compareAndSwap(slot, grant.word, freed))
+    const now = performance.now()
+    if (fifo) this.#tickets.hold.observe(now - (grant.leaseEndsAt - this.leaseMs)) // since the turn's poll (or the last renew)
+    // The hot path's one atomic: bounded here rather than through #bounded, one async function fewer.
+    const bound = this.#watchdog.start(now + timeoutMs, signal, RELEASE_ERRORS, grant.lock, timeoutMs)
+    let before
+    try {
+      before = await bound.wait(this.qp.compareAndSwap(slot, grant.word, freed))
+    } finally {
+      bound.end()
+    }
     if (before !== grant.word) throw lost(grant, before, 'release', this.mode)
     if (!fifo) this.#expectFree[grant.lock] = freed
   }
@@ -261,11 +270,11 @@ export class RemoteLockTable {
   async renew(grant: LockGrant, options: LockWaitOptions = NO_OPTIONS): Promise<LockGrant> {
     object(grant, 'grant')
     const slot = this.lockWord(grant.lock)
-    const wait = waitFor(options)
+    const wait = waitOptions(options)
     const word = this.mode === 'fifo' ? renewedWord(grant.word) : this.#ownerBits | nextSequence(sequenceOf(grant.word))
     const leaseStart = performance.now()
     if (leaseStart >= grant.leaseEndsAt) throw leaseExpired(grant)
-    const before = await this.#bounded('renew', wait, this.qp.compareAndSwap(slot, grant.word, word))
+    const before = await this.#bounded(RENEW_ERRORS, wait, leaseStart + wait.timeoutMs, this.qp.compareAndSwap(slot, grant.word, word))
     if (before !== grant.word) throw lost(grant, before, 'renew', this.mode)
     return { ...grant, word, leaseEndsAt: leaseStart + this.leaseMs }
   }
@@ -290,11 +299,12 @@ export class RemoteLockTable {
   async fence(token: bigint, fenceWord: RemoteSlice, options: LockWaitOptions = NO_OPTIONS): Promise<void> {
     if (typeof token !== 'bigint' || token < 1n) throw typeError('a fencing token (bigint >= 1)', 'token', token)
     instance(fenceWord, 'fenceWord', RemoteSlice)
-    const wait = waitFor(options)
+    const wait = waitOptions(options)
+    const deadline = performance.now() + wait.timeoutMs
     let expect = 0n
     // Installed values only grow, so each retry sees a larger one: at most one retry per newer install.
     for (;;) {
-      const before = await this.#bounded('fence', wait, this.qp.compareAndSwap(fenceWord, expect, token))
+      const before = await this.#bounded(FENCE_ERRORS, wait, deadline, this.qp.compareAndSwap(fenceWord, expect, token))
       if (before === expect || before === token) return
       if (before > token) {
         throw new RdmaError(`fencing token ${token} refused: the data is fenced by token ${before}`, { code: 'ERR_LOCK_FENCED', verb: 'fence' })
@@ -304,13 +314,11 @@ export class RemoteLockTable {
   }
 
   /**
-   * One atomic of release, renew or fence, bounded by options.timeoutMs (ETIMEDOUT) and options.signal
-   * (ABORT_ERR). The options are checked (waitFor) before the atomic is posted, never after.
+   * One atomic of renew or fence, bounded by `deadline` (options.timeoutMs from the call's start: ETIMEDOUT)
+   * and options.signal (ABORT_ERR). The options are checked (waitOptions) before the atomic is posted, never after.
    */
-  async #bounded(verb: string, wait: Wait, atomic: Promise<bigint>): Promise<bigint> {
-    const { signal, timeoutMs } = wait
-    const bound = this.#watchdog.start(wait.deadline, () => new RdmaError(`${verb} timed out after ${timeoutMs} ms`, { code: 'ETIMEDOUT', verb }), signal,
-      () => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: signal!.reason }))
+  async #bounded(errors: BoundErrors, wait: Wait, deadline: number, atomic: Promise<bigint>): Promise<bigint> {
+    const bound = this.#watchdog.start(deadline, wait.signal, errors, -1, wait.timeoutMs)
     try {
       return await bound.wait(atomic)
     } finally {
@@ -328,19 +336,36 @@ export class RemoteLockTable {
 /** What every call without options waits: a default bound, no signal (nothing to check). */
 const NO_OPTIONS: LockWaitOptions = Object.freeze({})
 
-interface Wait { deadline: number; signal: AbortSignal | undefined; timeoutMs: number; now: number }
+interface Wait { readonly signal: AbortSignal | undefined; readonly timeoutMs: number }
+const DEFAULT_WAIT: Wait = Object.freeze({ signal: undefined, timeoutMs: DEFAULT_TIMEOUT })
 
-function waitFor(options: LockWaitOptions): Wait {
-  const now = performance.now()
-  if (options === NO_OPTIONS) return { deadline: now + DEFAULT_TIMEOUT, signal: undefined, timeoutMs: DEFAULT_TIMEOUT, now }
+/** The checked options of a call (nothing made for the default ones); its deadline is timeoutMs from the caller's performance.now(). */
+function waitOptions(options: LockWaitOptions): Wait {
+  if (options === NO_OPTIONS) return DEFAULT_WAIT
   const o = object(options, 'options')
   const timeoutMs = optionalInteger(o.timeoutMs, 'options.timeoutMs', 0, 2 ** 31 - 1, DEFAULT_TIMEOUT)
   const signal = o.signal === undefined ? undefined : instance(o.signal, 'options.signal', AbortSignal)
-  return { deadline: now + timeoutMs, signal, timeoutMs, now }
+  return { signal, timeoutMs }
 }
 
 const ignore = (): void => {}
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => ms <= 0 ? setImmediate(resolve) : setTimeout(resolve, ms))
+
+/** The errors of acquire's bound (the lock, its progress), and of one atomic of release, renew or fence. */
+const ACQUIRE_ERRORS: BoundErrors = {
+  timedOut: (bound) => timedOut(bound.lock, bound.timeoutMs, bound.attempts, bound.last),
+  aborted: (bound) => aborted(bound.lock, bound.signal!),
+}
+const RELEASE_ERRORS = verbErrors('release')
+const RENEW_ERRORS = verbErrors('renew')
+const FENCE_ERRORS = verbErrors('fence')
+
+function verbErrors(verb: string): BoundErrors {
+  return {
+    timedOut: (bound) => new RdmaError(`${verb} timed out after ${bound.timeoutMs} ms`, { code: 'ETIMEDOUT', verb }),
+    aborted: (bound) => new RdmaError(`${verb} was aborted`, { code: 'ABORT_ERR', verb, cause: bound.signal!.reason }),
+  }
+}
 
 function aborted(lock: number, signal: AbortSignal): RdmaError {
   return new RdmaError(`acquire of lock ${lock} was aborted`, { code: 'ABORT_ERR', verb: 'acquire', cause: signal.reason })
