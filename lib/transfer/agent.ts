@@ -328,19 +328,7 @@ export class TransferAgent extends EventEmitter {
       return launch(this.#launcher, peer, current, checked, blocks, notify, wait, progress)
     }
     // As write() and read(): on a healthy link it starts in this call; a failure before posting rejects (never throws).
-    return new TransferPlan(peer, op, blocks, checked.bytes, (options) => {
-      try {
-        const o = optionalObject(options, 'options')
-        const wait = this.#bounded(o)
-        const progress = progressOptions(o, this.#stallMs)
-        const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
-        const link = this.#peerLinks.healthyLink(peer)
-        if (link) return start(link, wait, progress, notify)
-        return this.#peerLinks.linkOf(peer, wait).then((fresh) => start(fresh, wait, progress, notify))
-      } catch (error) {
-        return Promise.reject(error)
-      }
-    })
+    return new TransferPlan(peer, op, blocks, checked.bytes, (options) => this.#begin(peer, options, start))
   }
 
   /**
@@ -348,6 +336,16 @@ export class TransferAgent extends EventEmitter {
    * to post). On a healthy link it starts at once, in this call; a failure before posting rejects (never throws).
    */
   #transfer(op: TransferOp, peer: Peer, blocks: Blocks | ((peerAgent: string) => Blocks | undefined), options: TransferOptions, selected = false): Promise<TransferResult | undefined> {
+    return this.#begin(peer, options, (link, wait, progress, notify, started) => this.#start(op, peer, link, blocks, selected, wait, progress, notify, started))
+  }
+
+  /**
+   * What write(), read() and a prepared plan's run() share: the options
+   * checked, then `start` on the peer's link: in this call on a healthy link,
+   * else once it is reconnected. `started`: when the overall bound began
+   * (0 without one). A failure before posting rejects (never throws).
+   */
+  #begin<T>(peer: Peer, options: TransferOptions, start: (link: Link, wait: WaitOptions, progress: ProgressOptions, notify: NoticePayload | undefined, started: number) => Promise<T>): Promise<T> {
     try {
       const o = optionalObject(options, 'options')
       const wait = this.#bounded(o)
@@ -355,8 +353,8 @@ export class TransferAgent extends EventEmitter {
       const notify = o.notify === undefined ? undefined : noticePayload(o.notify)
       const started = wait.timeoutMs === undefined ? 0 : Date.now()
       const link = this.#peerLinks.healthyLink(peer)
-      if (link) return this.#start(op, peer, link, blocks, selected, wait, progress, notify, started)
-      return this.#peerLinks.linkOf(peer, wait).then((fresh) => this.#start(op, peer, fresh, blocks, selected, wait, progress, notify, started))
+      if (link) return start(link, wait, progress, notify, started)
+      return this.#peerLinks.linkOf(peer, wait).then((fresh) => start(fresh, wait, progress, notify, started))
     } catch (error) {
       return Promise.reject(error)
     }
