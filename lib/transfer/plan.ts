@@ -120,7 +120,7 @@ export function checkBlocks(op: TransferOp, blocks: Blocks, local: LocalTable, r
 }
 
 /** The distinct segment indexes a plan's slices use, on each side (usually one each). */
-export interface SegmentsUsed { locals: number[]; remotes: number[] }
+export interface SegmentsUsed { locals: Set<number>; remotes: Set<number> }
 
 /** Throws ERR_SEGMENT_WITHDRAWN if a segment the plan's slices name was unregistered since it was checked. */
 export function assertCurrent(plan: CheckedPlan, used: SegmentsUsed): void {
@@ -136,9 +136,8 @@ export function assertCurrent(plan: CheckedPlan, used: SegmentsUsed): void {
 
 /** Whether every segment the plan's slices name is still registered (on both sides): checked before each run() of a prepared plan. */
 export function isCurrent(plan: CheckedPlan, used: SegmentsUsed): boolean {
-  const { locals, remotes } = used
-  for (let k = 0; k < locals.length; k++) if (plan.locals[locals[k]!]!.withdrawn) return false
-  for (let k = 0; k < remotes.length; k++) if (plan.remotes[remotes[k]!]!.withdrawn) return false
+  for (const i of used.locals) if (plan.locals[i]!.withdrawn) return false
+  for (const i of used.remotes) if (plan.remotes[i]!.withdrawn) return false
   return true
 }
 
@@ -157,20 +156,21 @@ export function recheck(stale: CheckedPlan, used: SegmentsUsed, sameLink: boolea
 }
 
 /**
- * The distinct segment indexes a plan's slices use. Arrays, not Sets: a plan
- * names a few segments, and a Set's adds (two per slice) cost more than the
- * rest of planning a small plan.
+ * The distinct segment indexes a plan's slices use. A Set is added to only
+ * where the segment changes from the slice before (consecutive slices
+ * usually share theirs): adding every slice's cost more than the rest of
+ * planning a small plan, and a list searched on each change grows
+ * quadratically with thousands of segments in one plan.
  */
 export function segmentsUsed(plan: CheckedPlan): SegmentsUsed {
-  const locals: number[] = []
-  const remotes: number[] = []
+  const locals = new Set<number>()
+  const remotes = new Set<number>()
   const { count, lseg, rseg } = plan.slices
   let l = -1
   let r = -1
   for (let i = 0; i < count; i++) {
-    // Consecutive slices usually share their segments: look further only on a change.
-    if (lseg[i] !== l) { l = lseg[i]!; if (!locals.includes(l)) locals.push(l) }
-    if (rseg[i] !== r) { r = rseg[i]!; if (!remotes.includes(r)) remotes.push(r) }
+    if (lseg[i] !== l) locals.add(l = lseg[i]!)
+    if (rseg[i] !== r) remotes.add(r = rseg[i]!)
   }
   return { locals, remotes }
 }

@@ -122,6 +122,7 @@ export class TransferRun implements PostSource, Watched {
       this.#signal = signal
       this.#onAbort = () => this.fail(this.#error('ABORT_ERR', `Transfer aborted after ${this.#landed.bytes} of ${this.#plan.bytes} bytes`, signal.reason))
       if (signal.aborted) return this.#onAbort()
+      signal.addEventListener('abort', this.#onAbort, { once: true })
     }
     if (timeoutMs !== undefined) {
       this.#timer = setTimeout(() => this.fail(this.#error('ETIMEDOUT', `Transfer timed out after ${timeoutMs} ms with ${this.#landed.bytes} of ${this.#plan.bytes} bytes landed`)), timeoutMs)
@@ -131,7 +132,6 @@ export class TransferRun implements PostSource, Watched {
       this.#stallMs = stallTimeoutMs
       stalls.started(this.#started + stallTimeoutMs)
     }
-    if (signal) signal.addEventListener('abort', this.#onAbort!, { once: true })
     for (const poster of posters) poster.add(this)
   }
 

@@ -9,7 +9,7 @@ import { Session } from 'node:inspector'
 import { setFlagsFromString } from 'node:v8'
 import { describe, expect, it } from 'vitest'
 import { coalesceRuns, emptyColumns, MAX_SLICES, planSlices, remoteOrderIndexes, sliceRuns, validateColumns, type BlockColumns } from '../../lib/transfer/blocks.js'
-import { checkBlocks, type Block, type BlockArrays, type CheckedPlan, type TransferOp } from '../../lib/transfer/plan.js'
+import { checkBlocks, segmentsUsed, type Block, type BlockArrays, type CheckedPlan, type TransferOp } from '../../lib/transfer/plan.js'
 import { encodeSlices } from '../../lib/transfer/qp-lane.js'
 import { LocalTable, RemoteTable, type SegmentMemory } from '../../lib/transfer/segments.js'
 import { thrown } from './thrown.js'
@@ -111,6 +111,17 @@ describe('slicing at 2^32 and 2^53', () => {
     expect(error.message).toMatch(/make 8589934592 work requests of at most 4096 bytes/)
     expect(error.code).toBe('ERR_BLOCK_RANGE')
     expect(MAX_SLICES).toBe(TWO_32 - 1)
+  })
+})
+
+describe('segmentsUsed', () => {
+  it('gives each side\'s distinct segments once, however the slices interleave them (thousands of segments)', () => {
+    // Slice i: local segment (i * 7) % 3000 (changes at every slice, each seen several times), remote i >> 2 (runs of 4).
+    const n = 12_000
+    const slices = columns(Array.from({ length: n }, (_, i) => [(i * 7) % 3000, 0, i >> 2, 0, 1]))
+    const used = segmentsUsed({ slices } as unknown as CheckedPlan)
+    expect([...used.locals].sort((a, b) => a - b)).toEqual(Array.from({ length: 3000 }, (_, k) => k))
+    expect([...used.remotes]).toEqual(Array.from({ length: n / 4 }, (_, k) => k))
   })
 })
 
